@@ -1,0 +1,164 @@
+"""Lexical signals shared by the lexical rater, the scorer's explanations and the gates.
+
+Pure Python, no dependencies: content terms of a question, how many of them the context covers,
+and which entities / numbers are missing. These are the "keyword coverage" heuristics RAG
+gateways start with; suffice uses them as a baseline and to explain model scores in words.
+
+>>> cov = keyword_coverage("When did Chopin move to Paris?", ["Chopin moved to Paris in 1831."])
+>>> round(cov.score, 2), cov.missing
+(1.0, [])
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+STOPWORDS = frozenset(
+    """a about above after again against all also am an and any are aren't as at be because been before being
+    below between both but by can can't cannot could couldn't did didn't do does doesn't doing don't down during
+    each few for from further had hadn't has hasn't have haven't having he he'd he'll he's her here here's hers
+    herself him himself his how how's i i'd i'll i'm i've if in into is isn't it it's its itself let's me more
+    most mustn't my myself no nor not of off on once only or other ought our ours ourselves out over own same
+    shan't she she'd she'll she's should shouldn't so some such than that that's the their theirs them themselves
+    then there there's these they they'd they'll they're they've this those through to too under until up very
+    was wasn't we we'd we'll we're we've were weren't what what's when when's where where's which while who who's
+    whom why why's with won't would wouldn't you you'd you'll you're you've your yours yourself yourselves
+    many much name named one ones did does kind type called call known whose whom used use get got make made
+    s t d ll m o re ve y""".split()
+)
+QUESTION_WORDS = frozenset("what when where who whom whose which why how".split())
+NEGATIONS = frozenset("not no never none nobody nothing neither nor n't without".split())
+
+_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'\-\.]*[A-Za-z0-9]|[A-Za-z0-9]")
+_NUMBER = re.compile(r"^\d[\d,\.]*$")
+
+
+def passage_text(p: Any) -> str:
+    """Text of a passage given as a string or a ``{title, text}`` mapping (title prepended)."""
+    if isinstance(p, str):
+        return p
+    if isinstance(p, Mapping):
+        title, text = str(p.get("title") or ""), str(p.get("text") or "")
+        return f"{title}. {text}" if title else text
+    title, text = getattr(p, "title", ""), getattr(p, "text", None)
+    if text is None:
+        raise TypeError(f"a passage must be a string or a {{title, text}} mapping, got {type(p).__name__}")
+    return f"{title}. {text}" if title else str(text)
+
+
+def tokenize_words(text: str) -> list[str]:
+    return [w.strip(".'-") for w in _WORD.findall(text)]
+
+
+def stem(word: str) -> str:
+    """A tiny suffix stripper: enough to match 'moved'/'move', 'cities'/'city' without NLTK."""
+    w = word.lower()
+    if _NUMBER.match(w):
+        return w.replace(",", "")
+    for suf, rep in (("ies", "y"), ("ing", ""), ("ed", ""), ("es", ""), ("s", "")):
+        if len(w) > len(suf) + 2 and w.endswith(suf):
+            w = w[: -len(suf)] + rep
+            break
+    # 'move'/'moved' -> 'mov': drop a final e so both forms meet
+    return w[:-1] if len(w) > 3 and w.endswith("e") else w
+
+
+def content_terms(text: str) -> list[str]:
+    """Lower-cased stems of the non-stopword words, in order, without duplicates.
+
+    >>> content_terms("Who founded the city of Warsaw?")
+    ['found', 'city', 'warsaw']
+    """
+    seen: dict[str, None] = {}
+    for w in tokenize_words(text):
+        lw = w.lower()
+        if lw in STOPWORDS or lw in QUESTION_WORDS or len(lw) < 2 and not lw.isdigit():
+            continue
+        seen.setdefault(stem(lw), None)
+    return list(seen)
+
+
+def entities(text: str) -> list[str]:
+    """Capitalised spans (names) and numbers of a question, skipping the first word's capital.
+
+    >>> entities("When did Frederic Chopin leave Warsaw in 1830?")
+    ['Frederic Chopin', 'Warsaw', '1830']
+    """
+    words = tokenize_words(text)
+    spans: list[str] = []
+    cur: list[str] = []
+    for i, w in enumerate(words):
+        is_name = w[:1].isupper() and (i > 0 or w.lower() not in STOPWORDS | QUESTION_WORDS) and w.lower() not in QUESTION_WORDS
+        if is_name:
+            cur.append(w)
+            continue
+        if cur:
+            spans.append(" ".join(cur))
+            cur = []
+        if _NUMBER.match(w):
+            spans.append(w)
+    if cur:
+        spans.append(" ".join(cur))
+    out: list[str] = []
+    for s in spans:
+        if s not in out:
+            out.append(s)
+    return out
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """How much of a question the context covers, lexically.
+
+    score: weighted share of question content terms found in the context (names and numbers
+    weigh double: a missing entity matters more than a missing verb).
+    """
+
+    score: float
+    covered: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    missing_entities: list[str] = field(default_factory=list)
+    n_terms: int = 0
+
+
+def _context_stems(passages: Iterable[Any]) -> set[str]:
+    return {stem(w) for p in passages for w in tokenize_words(passage_text(p))}
+
+
+def keyword_coverage(question: str, passages: Sequence[Any]) -> Coverage:
+    """Share of the question's content terms present in any passage (entities weigh double).
+
+    >>> keyword_coverage("What is the capital of Peru?", ["Lima is a city."]).missing
+    ['capital', 'peru']
+    """
+    terms = content_terms(question)
+    if not terms:
+        return Coverage(score=1.0 if passages else 0.0, n_terms=0)
+    ctx = _context_stems(passages)
+    ents = entities(question)
+    ent_stems = {stem(t) for e in ents for t in tokenize_words(e)}
+    covered, missing = [], []
+    total = got = 0.0
+    for t in terms:
+        w = 2.0 if t in ent_stems else 1.0
+        total += w
+        if t in ctx:
+            covered.append(t)
+            got += w
+        else:
+            missing.append(t)
+    missing_entities = [e for e in ents if not all(stem(t) in ctx for t in tokenize_words(e))]
+    return Coverage(score=got / total, covered=covered, missing=missing, missing_entities=missing_entities, n_terms=len(terms))
+
+
+def sentence_relevance(question_terms: set[str], sentence: str, idf: Mapping[str, float] | None = None) -> float:
+    """IDF-weighted overlap of a sentence with the question's terms (0 when nothing matches)."""
+    if not question_terms:
+        return 0.0
+    stems = {stem(w) for w in tokenize_words(sentence)}
+    hit = question_terms & stems
+    if idf is None:
+        return float(len(hit))
+    return float(sum(idf.get(t, 1.0) for t in hit))
