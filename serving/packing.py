@@ -37,7 +37,7 @@ import numpy as np
 from suffice.serving.lexical import content_terms, stem, tokenize_words
 
 STRATEGIES = ("select", "truncate", "recent")
-_SENTENCE_END = re.compile(r"(?<=[.!?])[\"'”’)\]]*\s+(?=[\"'“‘(\[]?[A-Z0-9])")
+_SENTENCE_END = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"'”’)\]]))\s+(?=[\"'“‘(\[]?[A-Z0-9])")
 
 
 class QuestionTooLongError(ValueError):
