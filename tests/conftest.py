@@ -13,6 +13,15 @@ from pathlib import Path
 
 import pytest
 
+try:  # keep hypothesis' example database out of the working tree
+    import tempfile
+
+    from hypothesis import configuration as _hyp_conf
+
+    _hyp_conf.set_hypothesis_home_dir(tempfile.mkdtemp(prefix="suffice-hypothesis-"))
+except ImportError:
+    pass
+
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 

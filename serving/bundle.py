@@ -1,0 +1,234 @@
+"""The exported bundle: a self-describing folder that serving reads and nothing else.
+
+A bundle is ``model.onnx`` (fp32), optionally ``model.int8.onnx`` (dynamic int8), the
+``tokenizer.json`` the model was trained with, and ``suffice.json``: the manifest below. The
+manifest names the labels, the window and long-context strategy, the calibration temperature,
+the decision thresholds, the base model, the MLflow run/version, and the sha256 of every other
+file, so a service can refuse a tampered or truncated bundle before it scores anything.
+
+>>> m = read_manifest("bundles/sufficiency-v3")  # doctest: +SKIP
+>>> m.task, m.id2label[1], m.thresholds["sufficient"]  # doctest: +SKIP
+('sufficiency', 'sufficient', 0.8)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+SCHEMA_VERSION = 1
+MANIFEST_NAME = "suffice.json"
+MODEL_FP32 = "model.onnx"
+MODEL_INT8 = "model.int8.onnx"
+TOKENIZER = "tokenizer.json"
+TASKS = ("sufficiency", "retrieval_gate")
+STRATEGIES = ("select", "truncate", "recent")
+DEFAULT_THRESHOLDS = {
+    "sufficiency": {"sufficient": 0.8, "partial": 0.5},
+    "retrieval_gate": {"skip": 0.5},
+}
+
+
+class BundleError(ValueError):
+    """A bundle cannot be used; the message names the folder, what is wrong and the fix."""
+
+
+class BundleNotFoundError(BundleError, FileNotFoundError):
+    """The bundle folder, its manifest or a file the manifest lists does not exist."""
+
+
+class ManifestError(BundleError):
+    """``suffice.json`` is not valid JSON or breaks the manifest schema."""
+
+
+class ChecksumError(BundleError):
+    """A file's sha256 differs from the manifest: the bundle was modified or truncated."""
+
+
+def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    """Hex sha256 of a file, read in 1 MiB chunks.
+
+    >>> import tempfile; p = Path(tempfile.mkdtemp()) / "x"; _ = p.write_bytes(b"abc")
+    >>> sha256_file(p)[:12]
+    'ba7816bf8f01'
+    """
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while True:
+            block = f.read(chunk)
+            if not block:
+                break
+            h.update(block)
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class BundleManifest:
+    """Everything a service needs to know about an exported model (``suffice.json``).
+
+    schema_version: manifest format version (this code reads ``SCHEMA_VERSION``).
+    task: ``sufficiency`` or ``retrieval_gate``.
+    id2label: logit column -> label name; ``positive_label`` is the one whose probability is the score.
+    max_length / long_context_strategy: the encoder window and how long context is fitted into it
+        (the same :class:`~suffice.serving.packing.ContextPacker` strategy as in training).
+    temperature: calibration temperature; score = softmax(logits / temperature)[positive].
+    thresholds: decision thresholds (sufficiency: ``sufficient``/``partial``; gate: ``skip``).
+    files: file name -> sha256 for every file of the bundle except this manifest.
+    model_file / int8_model_file: the fp32 ONNX graph and the optional int8 one.
+    """
+
+    task: str
+    id2label: Mapping[int, str]
+    positive_label: str
+    max_length: int
+    long_context_strategy: str
+    temperature: float
+    thresholds: Mapping[str, float]
+    base_model: str
+    files: Mapping[str, str]
+    schema_version: int = SCHEMA_VERSION
+    label_scheme: str = "binary"
+    model_file: str = MODEL_FP32
+    int8_model_file: str | None = None
+    tokenizer_file: str = TOKENIZER
+    mlflow_run_id: str | None = None
+    registered_model: str | None = None
+    model_version: str | None = None
+    created_at: str | None = None
+    parity: Mapping[str, Any] = field(default_factory=dict)
+    metrics: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.schema_version != SCHEMA_VERSION:
+            raise ManifestError(
+                f"manifest schema_version {self.schema_version!r} is not supported (this suffice reads "
+                f"version {SCHEMA_VERSION}): re-export the model with this version of `suffice export`"
+            )
+        if self.task not in TASKS:
+            raise ManifestError(f"unknown task {self.task!r}: expected one of {list(TASKS)}")
+        if not self.id2label or sorted(self.id2label) != list(range(len(self.id2label))):
+            raise ManifestError(f"id2label must map 0..n-1 to label names, got {dict(self.id2label)!r}")
+        if self.positive_label not in self.id2label.values():
+            raise ManifestError(
+                f"positive_label {self.positive_label!r} is not one of the labels {list(self.id2label.values())}"
+            )
+        if not isinstance(self.max_length, int) or not 16 <= self.max_length <= 8192:
+            raise ManifestError(f"max_length must be an integer in [16, 8192], got {self.max_length!r}")
+        if self.long_context_strategy not in STRATEGIES:
+            raise ManifestError(
+                f"unknown long_context_strategy {self.long_context_strategy!r}: expected one of {list(STRATEGIES)}"
+            )
+        if not (isinstance(self.temperature, (int, float)) and math.isfinite(self.temperature) and self.temperature > 0):
+            raise ManifestError(f"calibration temperature must be a positive number, got {self.temperature!r}")
+        for k, v in self.thresholds.items():
+            if not isinstance(v, (int, float)) or not 0.0 <= v <= 1.0:
+                raise ManifestError(f"threshold {k!r}={v!r} must be a number in [0, 1]")
+        if self.task == "sufficiency":
+            t = {**DEFAULT_THRESHOLDS["sufficiency"], **self.thresholds}
+            if t["partial"] > t["sufficient"]:
+                raise ManifestError(f"thresholds partial={t['partial']} > sufficient={t['sufficient']}: partial must be the lower one")
+        for name in (self.model_file, self.tokenizer_file) + ((self.int8_model_file,) if self.int8_model_file else ()):
+            if name not in self.files:
+                raise ManifestError(f"manifest lists no sha256 for {name!r}: every bundle file needs a checksum in 'files'")
+
+    @property
+    def positive_index(self) -> int:
+        return next(i for i, name in self.id2label.items() if name == self.positive_label)
+
+    @property
+    def num_labels(self) -> int:
+        return len(self.id2label)
+
+    def threshold(self, name: str) -> float:
+        """A decision threshold, falling back to the task default."""
+        merged = {**DEFAULT_THRESHOLDS[self.task], **self.thresholds}
+        if name not in merged:
+            raise KeyError(f"no threshold {name!r} for task {self.task!r}: known {sorted(merged)}")
+        return float(merged[name])
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["id2label"] = {str(k): v for k, v in self.id2label.items()}
+        d["thresholds"] = dict(self.thresholds)
+        d["files"] = dict(self.files)
+        return d
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "suffice.json") -> "BundleManifest":
+        """Build and validate a manifest; unknown or missing keys are errors that name them."""
+        if not isinstance(data, Mapping):
+            raise ManifestError(f"{where}: the manifest must be a JSON object, got {type(data).__name__}")
+        known = {f for f in cls.__dataclass_fields__}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ManifestError(f"{where}: unknown manifest key(s) {unknown}; known keys are {sorted(known)}")
+        required = ["task", "id2label", "positive_label", "max_length", "long_context_strategy", "temperature",
+                    "thresholds", "base_model", "files"]
+        missing = [k for k in required if k not in data]
+        if missing:
+            raise ManifestError(f"{where}: manifest is missing {missing}: re-export the bundle with `suffice export`")
+        d = dict(data)
+        try:
+            d["id2label"] = {int(k): str(v) for k, v in dict(d["id2label"]).items()}
+        except (TypeError, ValueError) as e:
+            raise ManifestError(f"{where}: id2label keys must be integers, got {d['id2label']!r}") from e
+        for key in ("thresholds", "files", "parity", "metrics"):
+            if key in d and not isinstance(d[key], Mapping):
+                raise ManifestError(f"{where}: {key} must be a JSON object, got {d[key]!r}")
+        try:
+            return cls(**d)
+        except ManifestError as e:
+            raise ManifestError(f"{where}: {e}") from None
+
+
+def read_manifest(path: str | os.PathLike) -> BundleManifest:
+    """Read and validate ``<bundle>/suffice.json`` (checksums are not checked here: see :func:`verify_bundle`)."""
+    root = Path(path)
+    if not root.is_dir():
+        raise BundleNotFoundError(f"bundle folder {root} does not exist: give the folder `suffice export --out` wrote")
+    mpath = root / MANIFEST_NAME
+    if not mpath.is_file():
+        raise BundleNotFoundError(
+            f"{root} has no {MANIFEST_NAME}: it is not a suffice bundle (a training output folder has "
+            "suffice_model.json instead; run `suffice export --model DIR --out BUNDLE` on it)"
+        )
+    try:
+        data = json.loads(mpath.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ManifestError(f"{mpath} is not valid JSON ({e}): the bundle is damaged; re-export or re-download it") from e
+    return BundleManifest.from_dict(data, where=str(mpath))
+
+
+def verify_bundle(path: str | os.PathLike, manifest: BundleManifest | None = None) -> BundleManifest:
+    """Check that every file the manifest lists exists and has the recorded sha256.
+
+    >>> verify_bundle("bundles/sufficiency-v3")  # doctest: +SKIP
+    BundleManifest(task='sufficiency', ...)
+    """
+    root = Path(path)
+    manifest = manifest or read_manifest(root)
+    for name, expected in manifest.files.items():
+        f = root / name
+        if Path(name).is_absolute() or ".." in Path(name).parts:
+            raise ManifestError(f"{root / MANIFEST_NAME}: file entry {name!r} must be a plain name inside the bundle")
+        if not f.is_file():
+            raise BundleNotFoundError(f"bundle {root} is missing {name!r} listed in its manifest: re-export or re-download it")
+        got = sha256_file(f)
+        if got != expected:
+            raise ChecksumError(
+                f"bundle {root}: {name!r} has sha256 {got[:16]}... but the manifest records {str(expected)[:16]}... "
+                f"({f.stat().st_size} bytes): the file was modified or truncated; re-export or re-download the bundle"
+            )
+    return manifest
+
+
+def write_manifest(path: str | os.PathLike, manifest: BundleManifest) -> Path:
+    """Write ``suffice.json`` (pretty, sorted keys) and return its path."""
+    out = Path(path) / MANIFEST_NAME
+    out.write_text(json.dumps(manifest.to_dict(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return out

@@ -1,0 +1,122 @@
+"""``suffice serve``: the HTTP service on the serving library (FastAPI + uvicorn, no torch).
+
+    suffice serve --bundle bundles/sufficiency-v3 [--config configs/service.yaml] [--port 8080]
+                  [--retrieval-gate-bundle DIR] [--section.key=value ...]
+
+Needs the ``[serve]`` extra (fastapi, uvicorn, pydantic, httpx, prometheus-client). Importing
+``suffice.serving`` never imports this subpackage.
+
+>>> from suffice.serving.service import create_app, load_service_config  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from suffice.serving.service.app import RedactingFilter, Redactor, create_app
+from suffice.serving.service.config import (
+    ServiceConfig,
+    ServiceConfigError,
+    load_service_config,
+    read_api_keys,
+    read_secret_env,
+)
+
+__all__ = ["ServiceConfig", "ServiceConfigError", "create_app", "load_service_config", "main"]
+
+DEFAULT_CONFIG = Path("configs/service.yaml")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="suffice serve",
+        description="Serve a sufficiency bundle over HTTP: /v1/sufficiency, /v1/context-gate, /v1/safety-check, "
+        "/v1/retrieval-gate, /v1/chat/completions, /healthz, /readyz, /metrics. Any config key can be "
+        "overridden as --section.key=value (e.g. --sufficient_context.decline_insufficient=false).",
+    )
+    p.add_argument("--bundle", required=True, help="the exported bundle folder (suffice export --out)")
+    p.add_argument("--config", default=None, help=f"service YAML (default: {DEFAULT_CONFIG} when it exists, else built-in defaults)")
+    p.add_argument("--host", default=None, help="listen address (overrides server.host)")
+    p.add_argument("--port", type=int, default=None, help="listen port (overrides server.port; 0 = any free port)")
+    p.add_argument("--retrieval-gate-bundle", default=None, help="a retrieval_gate bundle (overrides retrieval_gate.bundle)")
+    return p
+
+
+def build_service(bundle: str, config: ServiceConfig):
+    """Load the bundle(s) the config asks for and return the app (what ``main`` serves).
+
+    >>> app = build_service("bundles/sufficiency-v3", load_service_config("configs/service.yaml"))  # doctest: +SKIP
+    """
+    from suffice.serving import RetrievalGate, RetrievalGateConfig, ScorerConfig, SufficiencyScorer
+
+    rt = config.runtime
+    th = config.sufficient_context.thresholds
+    scorer = SufficiencyScorer.load(bundle, ScorerConfig(
+        precision=rt.precision, intra_op_threads=rt.intra_op_threads, verify_checksums=rt.verify_checksums,
+        thresholds={"sufficient": th.sufficient, "partial": th.partial},
+    ))
+    gate = None
+    if config.retrieval_gate.bundle:
+        gate = RetrievalGate.load(config.retrieval_gate.bundle, RetrievalGateConfig(
+            skip_threshold=config.retrieval_gate.skip_threshold, precision=rt.precision,
+            intra_op_threads=rt.intra_op_threads, verify_checksums=rt.verify_checksums))
+    return create_app(config, scorer, retrieval_gate=gate), scorer, gate
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``suffice serve``; returns the exit code."""
+    args, rest = _parser().parse_known_args(argv)
+    bad = [a for a in rest if not (a.startswith("--") and "=" in a)]
+    if bad:
+        print(f"suffice serve: unrecognised argument(s) {bad}: config overrides look like --section.key=value", file=sys.stderr)
+        return 2
+    overrides = list(rest)
+    if args.host is not None:
+        overrides.append(f"--server.host={args.host}")
+    if args.port is not None:
+        overrides.append(f"--server.port={args.port}")
+    if args.retrieval_gate_bundle is not None:
+        overrides.append(f"--retrieval_gate.bundle={args.retrieval_gate_bundle}")
+    config_path = args.config if args.config is not None else (DEFAULT_CONFIG if DEFAULT_CONFIG.is_file() else None)
+
+    from suffice.serving.bundle import BundleError
+    from suffice.serving.service.retrievers import RetrieverError
+
+    try:
+        config = load_service_config(config_path, overrides)
+        secrets = read_api_keys(config.auth) + [s for s in [read_secret_env(config.upstream.api_key_env)] if s]
+    except ServiceConfigError as e:
+        print(f"suffice serve: {e}", file=sys.stderr)
+        return 2
+    level = getattr(logging, config.server.log_level.upper())
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    redacting = RedactingFilter(Redactor(secrets))
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(redacting)
+    try:
+        app, scorer, gate = build_service(args.bundle, config)
+    except (BundleError, ServiceConfigError, RetrieverError, ValueError) as e:
+        print(f"suffice serve: {e}", file=sys.stderr)
+        return 2
+
+    import uvicorn
+
+    rt, lim = config.runtime, config.limits
+    m = scorer.manifest
+    print(f"suffice serve: bundle {args.bundle} ({m.task}, {scorer.precision}, window {m.max_length} tokens, "
+          f"strategy {m.long_context_strategy}); thresholds sufficient>={scorer.thresholds['sufficient']:g} "
+          f"partial>={scorer.thresholds['partial']:g}", file=sys.stderr)
+    print(f"suffice serve: {rt.workers} model worker(s) x {rt.intra_op_threads or 'auto'} onnxruntime thread(s); "
+          f"queue {lim.queue_size}; body <= {lim.max_body_bytes} B, <= {lim.max_passages} passages, <= {lim.max_chars} chars; "
+          f"retrieval gate {'on' if gate else 'off'}; upstream {'on' if config.upstream.base_url else 'off'}; "
+          f"retriever {config.retriever.name}; auth {'on' if config.auth.api_keys_env else 'off'}", file=sys.stderr)
+    server = uvicorn.Server(uvicorn.Config(
+        app, host=config.server.host, port=config.server.port, log_level=config.server.log_level,
+        access_log=config.server.access_log, timeout_graceful_shutdown=config.server.drain_timeout_s,
+        lifespan="on", log_config=None,
+    ))
+    server.run()
+    return 0 if server.started else 1

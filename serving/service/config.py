@@ -1,0 +1,389 @@
+"""The service's configuration: one documented dataclass per concern, read from YAML and checked.
+
+``configs/service.yaml`` is the documented default. Every key is a field below; unknown keys,
+values of the wrong type and broken cross-field rules are :class:`ServiceConfigError` s that
+name the dotted key (``sufficient_context.thresholds.partial``), the value and the fix. Secrets
+never live in the file: the upstream key and the bearer API keys are read from environment
+variables whose *names* the file gives.
+
+>>> cfg = load_service_config(None, ["--sufficient_context.decline_insufficient=true"])
+>>> cfg.sufficient_context.decline_insufficient, cfg.limits.max_passages
+(True, 64)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import yaml
+
+
+class ServiceConfigError(ValueError):
+    """A service config key or value is wrong; the message names the key, the value and the fix."""
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Where and how uvicorn listens.
+
+    host / port: the listening address (port 0 = any free port, printed at start).
+    drain_timeout_s: on SIGTERM, stop accepting and give in-flight requests this long to finish.
+    log_level: ``debug``, ``info``, ``warning`` or ``error``.
+    access_log: one uvicorn access-log line per request.
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    drain_timeout_s: float = 30.0
+    log_level: str = "info"
+    access_log: bool = False
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise ServiceConfigError(f"port={self.port!r} must be in [0, 65535] (0 picks a free port)")
+        if self.drain_timeout_s < 0:
+            raise ServiceConfigError(f"drain_timeout_s={self.drain_timeout_s!r} must be >= 0")
+        if self.log_level not in ("debug", "info", "warning", "error"):
+            raise ServiceConfigError(f"log_level={self.log_level!r}: choose debug, info, warning or error")
+
+
+@dataclass(frozen=True)
+class RuntimeSection:
+    """How the model runs (the "threads" of the service).
+
+    workers: model worker threads (concurrent ONNX calls); onnxruntime releases the GIL.
+    intra_op_threads: onnxruntime threads per call (0 = one per core). workers x intra_op_threads
+        should not exceed the cores: 2 workers x 1 thread suits a 2-core box.
+    precision: ``auto`` (int8 when the bundle has it), ``int8`` or ``fp32``.
+    verify_checksums: refuse a bundle whose files do not match its manifest.
+    """
+
+    workers: int = 2
+    intra_op_threads: int = 1
+    precision: str = "auto"
+    verify_checksums: bool = True
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.workers <= 256:
+            raise ServiceConfigError(f"workers={self.workers!r} must be in [1, 256]")
+        if not 0 <= self.intra_op_threads <= 256:
+            raise ServiceConfigError(f"intra_op_threads={self.intra_op_threads!r} must be in [0, 256] (0 = onnxruntime default)")
+        if self.precision not in ("auto", "int8", "fp32"):
+            raise ServiceConfigError(f"precision={self.precision!r}: choose auto, int8 or fp32")
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Score thresholds: ``sufficient`` when score >= sufficient, ``partial`` when >= partial."""
+
+    sufficient: float = 0.8
+    partial: float = 0.5
+
+    def __post_init__(self) -> None:
+        for name in ("sufficient", "partial"):
+            v = getattr(self, name)
+            if not 0.0 <= v <= 1.0:
+                raise ServiceConfigError(f"{name}={v!r} must be in [0, 1]")
+        if self.partial > self.sufficient:
+            raise ServiceConfigError(
+                f"partial={self.partial!r} > sufficient={self.sufficient!r}: partial must be the lower threshold"
+            )
+
+
+@dataclass(frozen=True)
+class SufficientContextConfig:
+    """What the chat gateway does with the sufficiency verdict.
+
+    enabled: run the context gate and the scorer on every chat request (false = plain proxy).
+    min_contexts: fewer admitted documents than this is ``insufficient`` whatever the score.
+    thresholds: the levels' thresholds (override the bundle's).
+    decline_insufficient: ``insufficient`` -> answer with what is missing instead of calling the
+        LLM; false -> call the LLM and append the caveat.
+    caveat: appended to answers given on ``partial`` (or forwarded ``insufficient``) context.
+    """
+
+    enabled: bool = True
+    min_contexts: int = 1
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    decline_insufficient: bool = True
+    caveat: str = "Note: this answer is based on limited available information."
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.min_contexts <= 64:
+            raise ServiceConfigError(f"min_contexts={self.min_contexts!r} must be in [0, 64]")
+        if not self.caveat.strip():
+            raise ServiceConfigError("caveat must not be empty: it is what tells the user the answer is uncertain")
+
+
+@dataclass(frozen=True)
+class ContextGateSection:
+    """Defaults of the ContextGate (``/v1/context-gate`` and the chat gateway).
+
+    budget_tokens: most tokens the assembled context may hold.
+    max_docs: most documents admitted.
+    relevance_threshold: documents less relevant than this to the question are dropped.
+    model_weight: weight of the model in the relevance blend (0 = lexical only, no model calls).
+    """
+
+    budget_tokens: int = 1024
+    max_docs: int = 5
+    relevance_threshold: float = 0.3
+    model_weight: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.budget_tokens < 1:
+            raise ServiceConfigError(f"budget_tokens={self.budget_tokens!r} must be >= 1")
+        if not 0 <= self.max_docs <= 64:
+            raise ServiceConfigError(f"max_docs={self.max_docs!r} must be in [0, 64]")
+        for name in ("relevance_threshold", "model_weight"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ServiceConfigError(f"{name}={getattr(self, name)!r} must be in [0, 1]")
+
+
+@dataclass(frozen=True)
+class UpstreamConfig:
+    """The OpenAI-compatible LLM the chat gateway forwards to.
+
+    base_url: e.g. ``http://127.0.0.1:8000/v1`` (``/chat/completions`` is appended); null
+        disables ``/v1/chat/completions`` (it answers 404 not_configured).
+    model: model name sent when the request names none.
+    api_key_env: name of the environment variable holding the upstream key (sent as a bearer
+        token; never logged). An unset variable means no Authorization header.
+    timeout_s: total seconds for a non-streaming call, and the longest gap between two chunks of
+        a stream. connect_timeout_s: seconds to open the connection.
+    system_prompt: instruction placed before the admitted context in the system message.
+    """
+
+    base_url: str | None = None
+    model: str = "gpt-4o-mini"
+    api_key_env: str | None = "SUFFICE_UPSTREAM_API_KEY"
+    timeout_s: float = 60.0
+    connect_timeout_s: float = 5.0
+    system_prompt: str = "Answer the user's question using only the context below. If the context does not contain the answer, say so."
+
+    def __post_init__(self) -> None:
+        if self.base_url is not None and not self.base_url.startswith(("http://", "https://")):
+            raise ServiceConfigError(f"base_url={self.base_url!r} must start with http:// or https://")
+        if self.timeout_s <= 0 or self.connect_timeout_s <= 0:
+            raise ServiceConfigError(
+                f"timeout_s={self.timeout_s!r} and connect_timeout_s={self.connect_timeout_s!r} must be > 0"
+            )
+
+
+@dataclass(frozen=True)
+class RetrieverSection:
+    """Where the chat gateway gets documents when a request brings none.
+
+    name: ``none``, ``bm25`` (built in: BM25 over a local JSONL corpus) or the name of an entry
+        point in the ``suffice.retrievers`` group (or ``module:attr``).
+    options: keyword arguments of the retriever's factory (bm25: ``corpus``, ``k1``, ``b``).
+    top_k: documents retrieved per question (before the context gate).
+    """
+
+    name: str = "none"
+    options: dict = field(default_factory=dict)
+    top_k: int = 8
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.top_k <= 64:
+            raise ServiceConfigError(f"top_k={self.top_k!r} must be in [1, 64]")
+
+
+@dataclass(frozen=True)
+class RetrievalGateSection:
+    """The optional retrieval-gate bundle behind ``/v1/retrieval-gate`` (null = route answers 404)."""
+
+    bundle: str | None = None
+    skip_threshold: float | None = None
+
+
+@dataclass(frozen=True)
+class LimitsConfig:
+    """What one request may carry, and how much work may wait for the model.
+
+    max_body_bytes: larger bodies get 413. max_passages: passages (documents, artifacts, chunks)
+    per item. max_chars: characters of text per item (question + passages). max_batch: items in a
+    batch request. max_messages: messages in a chat request. queue_size: requests waiting for or
+    running on the model; beyond it, 503 with Retry-After: retry_after_s.
+    """
+
+    max_body_bytes: int = 1 << 20
+    max_passages: int = 64
+    max_chars: int = 100_000
+    max_batch: int = 64
+    max_messages: int = 256
+    queue_size: int = 128
+    retry_after_s: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("max_body_bytes", "max_passages", "max_chars", "max_batch", "max_messages", "queue_size", "retry_after_s"):
+            if getattr(self, name) < 1:
+                raise ServiceConfigError(f"{name}={getattr(self, name)!r} must be >= 1")
+
+
+@dataclass(frozen=True)
+class AuthConfig:
+    """Optional bearer API keys for the ``/v1`` routes (health and metrics stay open).
+
+    api_keys_env: name of the environment variable holding comma-separated keys; null = no auth.
+    Keys are compared in constant time and never logged.
+    """
+
+    api_keys_env: str | None = None
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    """Everything ``suffice serve`` reads (configs/service.yaml documents each key)."""
+
+    server: ServerConfig = field(default_factory=ServerConfig)
+    runtime: RuntimeSection = field(default_factory=RuntimeSection)
+    sufficient_context: SufficientContextConfig = field(default_factory=SufficientContextConfig)
+    context_gate: ContextGateSection = field(default_factory=ContextGateSection)
+    upstream: UpstreamConfig = field(default_factory=UpstreamConfig)
+    retriever: RetrieverSection = field(default_factory=RetrieverSection)
+    retrieval_gate: RetrievalGateSection = field(default_factory=RetrievalGateSection)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
+    auth: AuthConfig = field(default_factory=AuthConfig)
+
+
+# ------------------------------------------------------------------------------------------
+# loading and checking
+# ------------------------------------------------------------------------------------------
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", str(tp))
+
+
+def _check_value(key: str, value: Any, tp: Any) -> Any:
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _check_value(key, value, inner[0])
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, Mapping):
+            raise ServiceConfigError(f"{key} must be a mapping of {sorted(f.name for f in dataclasses.fields(tp))}, got {value!r}")
+        return _build(tp, value, f"{key}.")
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ServiceConfigError(f"{key}={value!r} must be true or false")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ServiceConfigError(f"{key}={value!r} must be an integer")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ServiceConfigError(f"{key}={value!r} must be a number")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ServiceConfigError(f"{key}={value!r} must be a string")
+        return value
+    if tp is dict or origin is dict:
+        if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+            raise ServiceConfigError(f"{key} must be a mapping with string keys, got {value!r}")
+        return dict(value)
+    raise ServiceConfigError(f"{key}: unsupported config type {_type_name(tp)}")  # a bug in this module
+
+
+def _build(cls: type, data: Mapping[str, Any], prefix: str = "") -> Any:
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(data) - set(names))
+    if unknown:
+        raise ServiceConfigError(
+            f"unknown key(s) {[prefix + k for k in unknown]}: the known keys{' of ' + prefix.rstrip('.') if prefix else ''} are {names}"
+        )
+    kwargs = {k: _check_value(prefix + k, v, hints[k]) for k, v in data.items()}
+    try:
+        return cls(**kwargs)
+    except ServiceConfigError as e:
+        where = prefix.rstrip(".") or "config"
+        raise ServiceConfigError(f"{where}: {e}") from None
+
+
+def _set_dotted(data: dict, dotted: str, value: Any) -> None:
+    parts = dotted.split(".")
+    node = data
+    for p in parts[:-1]:
+        nxt = node.setdefault(p, {})
+        if not isinstance(nxt, dict):
+            raise ServiceConfigError(f"override --{dotted}: {p!r} is not a section")
+        node = nxt
+    node[parts[-1]] = value
+
+
+def load_service_config(path: str | os.PathLike | None = None, overrides: Sequence[str] = ()) -> ServiceConfig:
+    """Defaults, then the YAML file, then ``--dotted.key=value`` overrides (values parsed as YAML).
+
+    >>> load_service_config(None, ["--limits.queue_size=8"]).limits.queue_size
+    8
+    >>> try:
+    ...     load_service_config(None, ["--limits.queue=8"])
+    ... except ServiceConfigError as e:
+    ...     print(str(e)[:40])
+    config: unknown key(s) ['limits.queue']:
+    """
+    data: dict[str, Any] = {}
+    where = "config"
+    if path is not None:
+        p = Path(path)
+        where = str(p)
+        if not p.is_file():
+            raise ServiceConfigError(f"config file {p} does not exist: give --config PATH (see configs/service.yaml)")
+        try:
+            loaded = yaml.safe_load(p.read_text(encoding="utf-8"))
+        except yaml.YAMLError as e:
+            raise ServiceConfigError(f"{p} is not valid YAML: {e}") from e
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise ServiceConfigError(f"{p} must hold a mapping of sections, got {type(loaded).__name__}")
+        data = loaded
+    for ov in overrides:
+        if not ov.startswith("--") or "=" not in ov:
+            raise ServiceConfigError(f"override {ov!r} must look like --section.key=value")
+        key, raw = ov[2:].split("=", 1)
+        try:
+            value = yaml.safe_load(raw) if raw != "" else ""
+        except yaml.YAMLError as e:
+            raise ServiceConfigError(f"override --{key}: {raw!r} is not a YAML value ({e})") from e
+        _set_dotted(data, key, value)
+    try:
+        return _build(ServiceConfig, data)
+    except ServiceConfigError as e:
+        raise ServiceConfigError(f"{where}: {e}") from None
+
+
+def read_secret_env(name: str | None) -> str | None:
+    """The value of an environment variable named in the config, or None when unnamed/unset."""
+    if not name:
+        return None
+    value = os.environ.get(name, "").strip()
+    return value or None
+
+
+def read_api_keys(config: AuthConfig) -> list[str]:
+    """Bearer keys from ``auth.api_keys_env`` (comma-separated); empty list = auth off.
+
+    Raises when the variable is named but empty: a service that should be protected must not
+    start open.
+    """
+    if not config.api_keys_env:
+        return []
+    raw = read_secret_env(config.api_keys_env)
+    keys = [k.strip() for k in (raw or "").split(",") if k.strip()]
+    if not keys:
+        raise ServiceConfigError(
+            f"auth.api_keys_env names ${config.api_keys_env}, but it is unset or empty: export it with "
+            "comma-separated keys, or set auth.api_keys_env: null to run without API keys"
+        )
+    return keys

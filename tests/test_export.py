@@ -1,0 +1,132 @@
+"""Export: tiny LoRA BERT -> bundle, parity checks, round trip, failures leave nothing, registry."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from serving_support import ITEMS, make_model_dir, torch_scores, validation_items
+
+pytest.importorskip("optimum")
+
+
+@pytest.fixture(scope="module")
+def exported(tiny_bert_dir, tmp_path_factory):
+    from suffice.training.export import export_bundle
+
+    root = tmp_path_factory.mktemp("export")
+    model_dir = make_model_dir(tiny_bert_dir, root / "model")
+    bundle = export_bundle(model_dir, root / "bundle", validation_items(40))
+    return model_dir, bundle
+
+
+def test_bundle_is_self_describing(exported):
+    from suffice.serving.bundle import read_manifest, sha256_file
+
+    model_dir, bundle = exported
+    assert sorted(p.name for p in bundle.iterdir()) == ["model.int8.onnx", "model.onnx", "suffice.json", "tokenizer.json"]
+    m = read_manifest(bundle)
+    assert m.task == "sufficiency" and m.id2label == {0: "insufficient", 1: "sufficient"}
+    assert m.temperature == 1.5 and m.max_length == 128 and m.long_context_strategy == "select"
+    assert m.thresholds == {"sufficient": 0.8, "partial": 0.5}
+    assert all(sha256_file(bundle / f) == h for f, h in m.files.items())
+    assert m.parity["fp32_vs_torch_max_abs_diff"] <= 1e-4
+    assert m.parity["int8_agreement"] >= 0.99
+    assert not [p for p in bundle.parent.iterdir() if p.name.startswith(".suffice-export-")]
+
+
+def test_round_trip_matches_training_side_model(exported):
+    from suffice.serving import ScorerConfig, SufficiencyScorer
+
+    model_dir, bundle = exported
+    pairs = [(q, p) for q, p, _ in ITEMS]
+    want = torch_scores(model_dir, pairs, temperature=1.5)
+    fp32 = SufficiencyScorer.load(bundle, ScorerConfig(precision="fp32")).score_batch([q for q, _ in pairs], [p for _, p in pairs])
+    np.testing.assert_allclose([r.score for r in fp32], want, atol=1e-5)
+    int8 = SufficiencyScorer.load(bundle).score_batch([q for q, _ in pairs], [p for _, p in pairs])
+    np.testing.assert_allclose([r.score for r in int8], want, atol=2e-2)
+
+
+def test_failed_parity_raises_typed_error_and_leaves_no_bundle(exported, tmp_path):
+    from suffice.training.export import ParityConfig, ParityError, export_bundle
+
+    model_dir, _ = exported
+    out = tmp_path / "never"
+    with pytest.raises(ParityError) as e:
+        export_bundle(model_dir, out, validation_items(10), parity=ParityConfig(atol=1e-12))
+    assert e.value.check == "fp32_vs_torch" and e.value.largest_difference > 1e-12
+    assert "largest" in str(e.value) or "differ" in str(e.value)
+    assert not out.exists() and [p.name for p in tmp_path.iterdir() if p.name != "mlruns"] == []
+
+
+def test_existing_out_dir_is_refused(exported):
+    from suffice.training.export import ExportError, export_bundle
+
+    model_dir, bundle = exported
+    with pytest.raises(ExportError, match="already exists"):
+        export_bundle(model_dir, bundle)
+
+
+def test_adapter_only_dir_is_merged(tiny_bert_dir, tmp_path):
+    from suffice.serving import ScorerConfig, SufficiencyScorer
+    from suffice.training.export import export_bundle
+
+    model_dir = make_model_dir(tiny_bert_dir, tmp_path / "model")
+    want = torch_scores(model_dir, [(q, p) for q, p, _ in ITEMS[:3]], temperature=1.5)
+    (model_dir / "model.safetensors").unlink()  # only the adapter is left: export must merge it into the base
+    (model_dir / "config.json").unlink()
+    bundle = export_bundle(model_dir, tmp_path / "bundle", validation_items(10), quantize=False)
+    assert json.loads((bundle / "suffice.json").read_text())["int8_model_file"] is None
+    got = SufficiencyScorer.load(bundle, ScorerConfig(precision="fp32")).score_batch([q for q, _, _ in ITEMS[:3]], [p for _, p, _ in ITEMS[:3]])
+    np.testing.assert_allclose([r.score for r in got], want, atol=1e-4)
+
+
+def test_register_resolve_promote_round_trip(exported, tmp_path):
+    import mlflow
+
+    from suffice.serving import SufficiencyScorer
+    from suffice.training import registry
+
+    _, bundle = exported
+    local = tmp_path / "b"
+    import shutil
+
+    shutil.copytree(bundle, local)
+    mlflow.set_tracking_uri(registry.default_tracking_uri())
+    exp = mlflow.create_experiment("train-test", artifact_location=(tmp_path / "artifacts").as_uri())
+    with mlflow.start_run(experiment_id=exp) as run:
+        pass
+    name, version = registry.register_bundle(local, run_id=run.info.run_id)
+    assert name == "suffice-sufficiency" and version == "1"
+    path = registry.resolve_bundle(f"models:/{name}/{version}")
+    manifest = json.loads((path / "suffice.json").read_text())
+    assert manifest["model_version"] == "1" and manifest["mlflow_run_id"] == run.info.run_id
+    assert SufficiencyScorer.load(path).score("Where is the Eiffel Tower?", ["It is in Paris."]).level in ("sufficient", "partial", "insufficient")
+    assert registry.main(["--name", name, "--version", version, "--alias", "production"]) == 0
+    assert registry.resolve_bundle(f"models:/{name}@production") .is_dir()
+    with pytest.raises(registry.RegistryError):
+        registry.resolve_bundle("models:/suffice-sufficiency/")
+
+
+def test_cli_exports_and_registers(tiny_bert_dir, tmp_path, capsys):
+    from suffice.training import export, registry
+
+    model_dir = make_model_dir(tiny_bert_dir, tmp_path / "model")
+    data = tmp_path / "val.jsonl"
+    data.write_text("\n".join(json.dumps({**d, "split": "validation"}) for d in validation_items(12)))
+    assert export.main(["--model", str(model_dir), "--out", str(tmp_path / "bundle"), "--validation-data", str(data), "--register"]) == 0
+    out = capsys.readouterr().out
+    assert "models:/suffice-sufficiency/1" in out
+    assert registry.resolve_bundle("models:/suffice-sufficiency/1").is_dir()
+    assert export.main(["--model", str(tmp_path / "nope"), "--out", str(tmp_path / "b2")]) == 2
+
+
+def test_parity_subset_smaller_than_validation_set(exported, tmp_path):
+    from suffice.training.export import ParityConfig, export_bundle
+
+    model_dir, _ = exported
+    b = export_bundle(model_dir, tmp_path / "b", validation_items(13), parity=ParityConfig(parity_items=5, batch_size=4))
+    p = json.loads((b / "suffice.json").read_text())["parity"]
+    assert p["fp32_vs_torch_items"] == 5 and p["int8_items"] == 13

@@ -1,0 +1,109 @@
+"""RetrievalGate in serving: first turn, fail-open, packing of previous turns, thresholds."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from serving_support import make_model_dir
+
+pytest.importorskip("optimum")
+
+THREAD = [
+    {"role": "system", "content": "You are the support assistant."},
+    {"role": "user", "content": "What is the refund policy for annual plans?"},
+    {"role": "assistant", "content": "Annual plans can be refunded within 30 days of purchase."},
+    {"role": "user", "content": "Thanks! Can you put that in a bullet list?"},
+]
+
+
+@pytest.fixture(scope="module")
+def gate_bundle(tiny_bert_dir, tmp_path_factory):
+    from suffice.training.export import export_bundle
+
+    root = tmp_path_factory.mktemp("gate")
+    md = make_model_dir(tiny_bert_dir, root / "model", task="retrieval_gate", lora=False, max_length=64)
+    items = [{"question": m["content"], "passages": [{"title": "assistant", "text": "Refunds within 30 days."}]} for m in THREAD[1::2]]
+    return export_bundle(md, root / "bundle", items * 5)
+
+
+def test_manifest_and_decisions(gate_bundle):
+    from suffice.serving import RetrievalGate, RetrievalGateConfig
+
+    gate = RetrievalGate.load(gate_bundle)
+    assert gate._model.manifest.task == "retrieval_gate" and gate._model.manifest.id2label == {0: "RETRIEVE", 1: "SKIP"}
+    d = gate.decide(THREAD)
+    assert d.decision in ("RETRIEVE", "SKIP") and 0.0 <= d.score <= 1.0 and d.latency_ms > 0 and "P(SKIP)" in d.reason
+    always_skip = RetrievalGate.load(gate_bundle, RetrievalGateConfig(skip_threshold=0.0)).decide(THREAD)
+    never_skip = RetrievalGate.load(gate_bundle, RetrievalGateConfig(skip_threshold=1.0)).decide(THREAD)
+    assert always_skip.decision == "SKIP" and never_skip.decision == "RETRIEVE"
+    assert always_skip.score == pytest.approx(d.score)
+
+
+def test_first_user_message_retrieves_without_the_model(gate_bundle):
+    from suffice.serving import RetrievalGate
+
+    gate = RetrievalGate.load(gate_bundle)
+    gate._model = None  # would raise if the model were touched
+    d = gate.decide(THREAD[:2])
+    assert d.decision == "RETRIEVE" and d.score is None and d.reason.startswith("first_turn")
+
+
+@pytest.mark.parametrize("bad", [None, "hello", [], [{"role": "user"}], [{"role": "assistant", "content": "hi"}],
+                                 [{"role": "user", "content": "a"}, {"role": "user", "content": "  "}], [42]])
+def test_malformed_input_fails_open(gate_bundle, bad):
+    from suffice.serving import RetrievalGate
+
+    d = RetrievalGate.load(gate_bundle).decide(bad)
+    assert d.decision == "RETRIEVE" and d.reason.startswith("malformed_input")
+
+
+def test_errors_fail_open_and_long_questions_are_never_truncated(gate_bundle):
+    from suffice.serving import RetrievalGate
+
+    gate = RetrievalGate.load(gate_bundle)
+    long_q = "please explain " + "the refund policy " * 40
+    d = gate.decide(THREAD[:3] + [{"role": "user", "content": long_q}])
+    assert d.decision == "RETRIEVE" and "QuestionTooLongError" in d.reason
+
+    class Broken:
+        def __getattr__(self, name):
+            raise RuntimeError("session crashed")
+
+    gate._model = Broken()
+    d = gate.decide(THREAD)
+    assert d.decision == "RETRIEVE" and "session crashed" in d.reason
+
+
+def test_previous_turns_packed_recent_first(gate_bundle):
+    from suffice.serving import RetrievalGate, RetrievalGateConfig
+
+    gate = RetrievalGate.load(gate_bundle, RetrievalGateConfig(context_turns=2))
+    old = [{"role": "user", "content": f"Old question number {i} about invoices?"} for i in range(5)]
+    thread = old + [{"role": "assistant", "content": "Invoices are emailed monthly."}, {"role": "user", "content": "Shorter please."}]
+    q, passages = gate.build_input(thread)
+    assert q == "Shorter please." and [p["title"] for p in passages] == ["user", "assistant"]
+    assert passages[-1]["text"] == "Invoices are emailed monthly."
+    wide = RetrievalGate.load(gate_bundle, RetrievalGateConfig(context_turns=20))
+    q, passages = wide.build_input(thread)
+    packed = wide._packer.pack(q, passages)
+    assert packed.strategy == "recent" and packed.truncated
+    ids = packed.input_ids
+    tail = wide._model.tokenizer.encode("Invoices are emailed monthly.", add_special_tokens=False).ids
+    assert ids[-1 - len(tail):-1] == tail  # the most recent turn survives; the oldest were trimmed
+    with pytest.raises(ValueError, match="exceeds the model's window"):
+        RetrievalGate.load(gate_bundle, RetrievalGateConfig(max_tokens=4096))
+
+
+def test_sufficiency_bundle_is_refused(tiny_bert_dir, tmp_path, gate_bundle):
+    from suffice.serving import BundleError, RetrievalGate
+
+    m = json.loads((gate_bundle / "suffice.json").read_text())
+    other = tmp_path / "b"
+    shutil.copytree(gate_bundle, other)
+    (other / "suffice.json").write_text(json.dumps({**m, "task": "sufficiency", "id2label": {"0": "insufficient", "1": "sufficient"},
+                                                    "positive_label": "sufficient", "thresholds": {"sufficient": 0.8, "partial": 0.5}}))
+    with pytest.raises(BundleError, match="SufficiencyScorer.load"):
+        RetrievalGate.load(other)

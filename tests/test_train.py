@@ -1,0 +1,210 @@
+"""The training path end to end on a tiny random BERT (no downloads): model directory contract,
+merged-vs-adapter parity, calibration, the MLflow run (params, metrics, artifacts) and the
+registered version; full fine-tuning and three levels; the retrieval-gate data."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from suffice.training.train import run
+from suffice.training.train_config import build_train_config
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURE = str(REPO / "tests" / "fixtures" / "train20.jsonl")
+
+
+def tiny_config(base: Path, out: Path, *extra: str):
+    return build_train_config(None, [
+        f"--train_file={FIXTURE}", f"--base_model={base}", f"--output_dir={out}", "--max_length=64",
+        "--per_device_train_batch_size=4", "--num_train_epochs=2", "--lora.r=4", "--lora.alpha=8",
+        "--torch_threads=1", "--log_every_steps=1", "--learning_rate=1e-3", *extra,
+    ])
+
+
+def _pack(model_dir: Path, rows):
+    from suffice.serving.packing import ContextPacker
+    from suffice.training.model import load_tokenizer
+
+    packer = ContextPacker(load_tokenizer(model_dir), max_length=64, strategy="select")
+    feeds, _ = packer.pack_batch([r["question"] for r in rows], [r["passages"] for r in rows])
+    return feeds
+
+
+@pytest.fixture(scope="module")
+def trained(tiny_bert_dir, tmp_path_factory):
+    """One LoRA run shared by the tests below, with its own MLflow store (module scope runs
+    before the per-test isolation, so it isolates itself)."""
+    root = tmp_path_factory.mktemp("trained")
+    uri = f"sqlite:///{root / 'mlruns' / 'mlflow.db'}"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SUFFICE_MLRUNS_DIR", str(root / "mlruns"))
+        mp.setenv("MLFLOW_TRACKING_URI", uri)
+        (root / "mlruns").mkdir()
+        summary = run(tiny_config(tiny_bert_dir, root / "model"))
+    return root / "model", summary, uri
+
+
+def test_lora_run_writes_the_model_directory_contract(trained, tiny_bert_dir):
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForSequenceClassification
+
+    out, summary, _ = trained
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "vocab.txt", "adapter/adapter_config.json",
+                 "adapter/adapter_model.safetensors", "suffice_model.json", "train_config.yaml"):
+        assert (out / name).is_file(), name
+    meta = json.loads((out / "suffice_model.json").read_text())
+    assert meta["task"] == "sufficiency" and meta["label_scheme"] == "binary"
+    assert meta["id2label"] == {"0": "insufficient", "1": "sufficient"} and meta["positive_label"] == "sufficient"
+    assert meta["max_length"] == 64 and meta["long_context_strategy"] == "select"
+    assert meta["calibration"]["method"] == "temperature" and meta["calibration"]["temperature"] > 0
+    assert meta["thresholds"] == {"sufficient": 0.8, "partial": 0.5}
+    assert meta["label_source"] == "autorater" and len(meta["data_hash"]) == 16
+    assert meta["mlflow"]["registered_model"] == "suffice-sufficiency" and meta["mlflow"]["version"] == "1"
+    assert set(meta["metrics"]["test"]) >= {"accuracy", "macro_f1", "auroc", "ece", "kappa_autorater"}
+    json.dumps(meta, allow_nan=False)  # strict JSON: NaN became null
+
+    # the merged model gives the adapter model's logits (head restored from modules_to_save)
+    rows = [json.loads(line) for line in open(FIXTURE)][:6]
+    feeds = {k: torch.from_numpy(v) for k, v in _pack(out, rows).items()}
+    merged = AutoModelForSequenceClassification.from_pretrained(out).eval()
+    base = AutoModelForSequenceClassification.from_pretrained(tiny_bert_dir, num_labels=2)
+    adapted = PeftModel.from_pretrained(base, out / "adapter").eval()
+    with torch.no_grad():
+        a, b = merged(**feeds).logits, adapted(**feeds).logits
+    assert torch.allclose(a, b, atol=1e-5), (a - b).abs().max()
+    assert merged.config.id2label == {0: "insufficient", 1: "sufficient"}
+
+
+def test_training_moves_the_weights_and_keeps_the_best_epoch(trained, tiny_bert_dir):
+    from safetensors.torch import load_file
+
+    out, summary, _ = trained
+    before = load_file(tiny_bert_dir / "model.safetensors")
+    after = load_file(out / "model.safetensors")
+    key = "encoder.layer.0.attention.self.query.weight"
+    assert not np.allclose(before[key].numpy(), after[f"bert.{key}"].numpy())  # LoRA merged in
+    assert len(summary["history"]) == 2 and summary["best_epoch"] in (1, 2)
+    assert (out / "checkpoints" / "best-trainable.safetensors").is_file()
+    assert len(list((out / "checkpoints").glob("step-*"))) == 2  # one per epoch, limit 2
+
+
+def test_mlflow_run_has_params_metrics_artifacts_and_a_registered_version(trained):
+    from mlflow.tracking import MlflowClient
+
+    out, summary, uri = trained
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    run_ = client.get_run(summary["mlflow_run_id"])
+    params = run_.data.params
+    for key in ("lora.r", "learning_rate", "max_length", "long_context_strategy", "calibration.sufficient", "git_commit",
+                "data_hash", "label_source", "effective_batch_size", "train_file"):
+        assert key in params, key
+    assert params["lora.r"] == "4"
+    metrics = run_.data.metrics
+    for key in ("val_loss", "val_accuracy", "val_macro_f1", "val_auroc", "val_ece", "val_temperature", "test_macro_f1",
+                "test_auroc", "test_ece", "test_squad2_macro_f1", "test_qed_accuracy", "test_baseline_tfidf_lr_macro_f1",
+                "test_baseline_keyword_coverage_auroc", "test_baseline_answer_in_context_accuracy", "train_loss"):
+        assert key in metrics, key
+    assert [m.step for m in client.get_metric_history(run_.info.run_id, "val_loss")] == [1, 2]
+
+    def listing(path=""):
+        out = []
+        for f in client.list_artifacts(run_.info.run_id, path):
+            out += listing(f.path) if f.is_dir else [f.path]
+        return out
+
+    files = set(listing())
+    for name in ("resolved_config.yaml", "evaluation/test_confusion_matrix.png", "evaluation/test_reliability.png",
+                 "evaluation/test_precision_recall.png", "evaluation/test_selective_accuracy.png", "evaluation/test_metrics.json",
+                 "model/model.safetensors", "model/config.json", "model/suffice_model.json", "model/tokenizer.json",
+                 "model/adapter/adapter_model.safetensors"):
+        assert name in files, name
+    assert not any(f.startswith("model/checkpoints") for f in files)
+
+    mv = client.get_model_version("suffice-sufficiency", "1")
+    assert mv.run_id == run_.info.run_id and mv.source.endswith("/model")
+    for tag in ("base_model", "label_source", "data_hash", "test_macro_f1"):
+        assert tag in mv.tags, tag
+    assert mv.tags["label_source"] == "autorater"
+    assert run_.info.status == "FINISHED"
+
+
+def test_full_finetuning_three_levels_without_tracking(tiny_bert, tmp_path):
+    out = tmp_path / "full"
+    summary = run(tiny_config(tiny_bert, out, "--finetune=full", "--label_scheme=three_level", "--tracking.enabled=false",
+                              "--learning_rate=1e-4", "--num_train_epochs=1", "--baselines=[]"))
+    assert not (out / "adapter").exists()
+    meta = json.loads((out / "suffice_model.json").read_text())
+    assert meta["id2label"] == {"0": "insufficient", "1": "partial", "2": "sufficient"}
+    assert meta["mlflow"]["version"] is None and "mlflow_run_id" in summary
+    assert "binary_macro_f1" in meta["metrics"]["test"]
+
+
+def test_retrieval_gate_rows_and_group_split(tmp_path):
+    from suffice.training.train import load_splits
+
+    threads = tmp_path / "gate.jsonl"
+    lines = []
+    for i in range(40):
+        opener = f"how do refunds work for order type {i % 8}?"
+        msgs = [{"role": "user", "content": opener}, {"role": "assistant", "content": "Refunds take 5 days."},
+                {"role": "user", "content": "thanks!" if i % 2 else "what about shipping to Norway?"}]
+        lines.append(json.dumps({"id": f"t{i}", "messages": msgs, "label": "SKIP" if i % 2 else "RETRIEVE", "category": "x"}))
+    threads.write_text("\n".join(lines) + "\n")
+    cfg = build_train_config(REPO / "configs" / "retrieval-gate.yaml", [f"--gate.path={threads}", "--gate.validation_fraction=0.25",
+                                                                        "--gate.test_fraction=0.25"])
+    splits = load_splits(cfg)
+    row = splits.train[0]
+    assert row["passages"][0]["title"] == "user" and row["passages"][1]["title"] == "assistant"
+    assert row["question"] in ("thanks!", "what about shipping to Norway?") and row["label"] in (0, 1)
+    groups = {name: set(splits[name]["group"]) for name in ("train", "validation", "test")}
+    assert not (groups["train"] & groups["validation"]) and not (groups["train"] & groups["test"])
+    assert sum(len(splits[n]) for n in ("train", "validation", "test")) == 40
+
+    threads.write_text(json.dumps({"id": "bad", "messages": [{"role": "user", "content": "x"}], "label": "MAYBE"}) + "\n")
+    from suffice.training.config import ConfigError
+
+    with pytest.raises(ConfigError, match="line 1: label must be RETRIEVE or SKIP"):
+        load_splits(cfg)
+
+
+def test_prepared_data_section_feeds_training(shared_data_dir):
+    from suffice.training.train import load_splits
+
+    cfg = build_train_config(REPO / "configs" / "sufficiency.yaml", ["--data.name=pytest", "--data.sources=[qed]",
+                                                                     "--data.include_variants=false"])
+    splits = load_splits(cfg)
+    assert set(splits.train["source"]) == {"qed"} and len(splits.validation) > 0 and len(splits.test) > 0
+    assert splits.label_source == "autorater" and len(splits.data_hash) >= 16
+
+
+def test_export_true_writes_a_bundle_the_service_can_load(tiny_bert, tmp_path):
+    pytest.importorskip("suffice.training.export")
+    from suffice.serving.bundle import read_manifest
+
+    out = tmp_path / "exported"
+    summary = run(tiny_config(tiny_bert, out, "--export", "--tracking.enabled=false", "--num_train_epochs=1", "--baselines=[]"))
+    assert summary["bundle"] == str(out / "bundle")
+    manifest = read_manifest(out / "bundle")
+    meta = json.loads((out / "suffice_model.json").read_text())
+    assert manifest.temperature == pytest.approx(meta["calibration"]["temperature"])
+    assert manifest.max_length == 64 and manifest.positive_label == "sufficient"
+
+
+@pytest.mark.slow
+def test_real_minilm_overfits_a_dozen_items(minilm_dir, tmp_path):
+    """The loop learns: real all-MiniLM-L6-v2 drives the loss on 12 items towards zero."""
+    rows = [json.loads(line) for line in open(FIXTURE) if json.loads(line)["split"] == "train"]
+    data = tmp_path / "twelve.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    summary = run(build_train_config(None, [
+        f"--train_file={data}", f"--validation_file={data}", "--base_model=minilm-l6", f"--output_dir={tmp_path / 'm'}",
+        "--max_length=96", "--per_device_train_batch_size=4", "--num_train_epochs=12", "--early_stopping_patience=0",
+        "--learning_rate=1e-3", "--tracking.enabled=false", "--evaluate_test=false", "--torch_threads=1"]))
+    first, last = summary["history"][0], summary["history"][-1]
+    assert last["loss"] < 0.3 < first["loss"], (first["loss"], last["loss"])
+    assert last["accuracy"] == 1.0

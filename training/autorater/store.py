@@ -1,0 +1,264 @@
+"""LabelStore: every label any rater produced, in one SQLite file, safe to kill and resume.
+
+One row per (rater, prompt version, item id), the primary key, so a label is never stored twice:
+re-running a batch skips what is there, and two runs writing the same row keep the first. Each
+label is committed as soon as it arrives, in WAL mode, so killing the labeller at any moment
+loses at most the requests in flight, never a finished label.
+
+A row's ``status`` is ``ok`` (``label`` 0/1, ``level`` when the scheme has one) or ``unparsed``
+(no usable verdict: ``label`` is NULL and ``raw`` keeps the reply for inspection). Requests that
+failed outright (retries exhausted) are not stored, so the next run tries those items again.
+
+>>> store = LabelStore(":memory:")
+>>> store.put("lexical-coverage", "coverage-0.8-0.5", "squad2:1", LabelRecord(status="ok", label=1, level="sufficient"))
+True
+>>> store.done_ids("lexical-coverage", "coverage-0.8-0.5")
+{'squad2:1'}
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from dataclasses import dataclass, fields
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable
+
+STATUSES = ("ok", "unparsed")
+SCHEMA_VERSION = "1"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS labels (
+    rater           TEXT NOT NULL,
+    prompt_version  TEXT NOT NULL,
+    item_id         TEXT NOT NULL,
+    status          TEXT NOT NULL CHECK (status IN ('ok', 'unparsed')),
+    label           INTEGER CHECK (label IN (0, 1)),
+    level           TEXT CHECK (level IS NULL OR level IN ('sufficient', 'partial', 'insufficient')),
+    rationale       TEXT,
+    raw             TEXT,
+    tokens_in       INTEGER NOT NULL DEFAULT 0,
+    tokens_out      INTEGER NOT NULL DEFAULT 0,
+    latency_s       REAL,
+    attempts        INTEGER NOT NULL DEFAULT 1,
+    created_at      TEXT NOT NULL,
+    PRIMARY KEY (rater, prompt_version, item_id),
+    CHECK ((status = 'ok') = (label IS NOT NULL))
+);
+CREATE TABLE IF NOT EXISTS raters (
+    rater           TEXT NOT NULL,
+    prompt_version  TEXT NOT NULL,
+    kind            TEXT NOT NULL,
+    scheme          TEXT,
+    model           TEXT,
+    base_url        TEXT,
+    prompt_text     TEXT,
+    created_at      TEXT NOT NULL,
+    PRIMARY KEY (rater, prompt_version)
+);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+@dataclass
+class LabelRecord:
+    """One stored label (or unparsed reply) with its cost and provenance."""
+
+    status: str
+    label: int | None = None
+    level: str | None = None
+    rationale: str | None = None
+    raw: str | None = None
+    tokens_in: int = 0
+    tokens_out: int = 0
+    latency_s: float | None = None
+    attempts: int = 1
+    item_id: str | None = None  # filled when read back
+    created_at: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"status={self.status!r}: a stored label is one of {list(STATUSES)} (failed requests are not stored)")
+        if (self.status == "ok") != (self.label is not None):
+            raise ValueError(f"status={self.status!r} with label={self.label!r}: 'ok' needs a label 0/1, 'unparsed' must have none")
+        if self.label is not None and self.label not in (0, 1):
+            raise ValueError(f"label={self.label!r} must be 0 or 1")
+
+
+_COLUMNS = [f.name for f in fields(LabelRecord) if f.name not in ("item_id", "created_at")]
+
+
+class LabelStore:
+    """The SQLite label store (stdlib sqlite3, WAL). Use as a context manager or call :meth:`close`.
+
+    >>> with LabelStore(":memory:") as s:
+    ...     s.put("r", "v", "a", LabelRecord(status="unparsed", raw="no idea"))
+    ...     s.get("r", "v", "a").raw
+    True
+    'no idea'
+    """
+
+    def __init__(self, path: str | Path, *, timeout_s: float = 30.0):
+        self.path = str(path)
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._conn = sqlite3.connect(self.path, timeout=timeout_s, isolation_level=None)
+        except sqlite3.OperationalError as e:
+            raise OSError(f"cannot open the label store {self.path}: {e}; give a writable path with --store") from e
+        self._conn.row_factory = sqlite3.Row
+        if self.path != ":memory:":
+            mode = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise OSError(f"label store {self.path}: SQLite refused WAL mode (got {mode!r}); put the store on a local disk")
+        # NORMAL is durable against a killed process in WAL mode (only an OS crash can lose the last commits).
+        self._conn.execute("PRAGMA synchronous=NORMAL")
+        self._conn.execute(f"PRAGMA busy_timeout={int(timeout_s * 1000)}")
+        self._conn.executescript(_SCHEMA)
+        self._conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
+
+    # ------------------------------------------------------------ lifecycle
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> "LabelStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ writing
+
+    def register_rater(self, rater: str, prompt_version: str, *, kind: str, scheme: str | None = None,
+                       model: str | None = None, base_url: str | None = None, prompt_text: str | None = None) -> None:
+        """Record what a (rater, prompt version) pair is, once (no secrets: never pass headers or keys)."""
+        self._conn.execute(
+            "INSERT OR IGNORE INTO raters(rater, prompt_version, kind, scheme, model, base_url, prompt_text, created_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", (rater, prompt_version, kind, scheme, model, base_url, prompt_text, _now()))
+
+    def put(self, rater: str, prompt_version: str, item_id: str, record: LabelRecord, *, replace_unparsed: bool = False) -> bool:
+        """Store one label; True if written. An existing row is kept (idempotent), except that
+        ``replace_unparsed=True`` lets a new result overwrite an ``unparsed`` row."""
+        values = [getattr(record, c) for c in _COLUMNS]
+        sql = (f"INSERT INTO labels(rater, prompt_version, item_id, {', '.join(_COLUMNS)}, created_at) "
+               f"VALUES (?, ?, ?, {', '.join('?' for _ in _COLUMNS)}, ?) ")
+        if replace_unparsed:
+            sql += (f"ON CONFLICT(rater, prompt_version, item_id) DO UPDATE SET "
+                    f"{', '.join(f'{c}=excluded.{c}' for c in _COLUMNS)}, created_at=excluded.created_at "
+                    f"WHERE labels.status = 'unparsed'")
+        else:
+            sql += "ON CONFLICT(rater, prompt_version, item_id) DO NOTHING"
+        cur = self._retrying(sql, [rater, prompt_version, item_id, *values, _now()])
+        return cur.rowcount > 0
+
+    def put_many(self, rater: str, prompt_version: str, records: Iterable[tuple[str, LabelRecord]]) -> int:
+        """Store many labels in one transaction (imports); returns how many were new."""
+        sql = (f"INSERT INTO labels(rater, prompt_version, item_id, {', '.join(_COLUMNS)}, created_at) "
+               f"VALUES (?, ?, ?, {', '.join('?' for _ in _COLUMNS)}, ?) ON CONFLICT DO NOTHING")
+        now = _now()
+        before = self.count(rater, prompt_version)
+        with self._transaction():
+            self._conn.executemany(sql, ([rater, prompt_version, iid, *[getattr(r, c) for c in _COLUMNS], now] for iid, r in records))
+        return self.count(rater, prompt_version) - before
+
+    def _retrying(self, sql: str, params: list[Any], attempts: int = 5) -> sqlite3.Cursor:
+        # busy_timeout covers most lock waits; a second process checkpointing can still bounce us once.
+        for i in range(attempts):
+            try:
+                return self._conn.execute(sql, params)
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) or i == attempts - 1:
+                    raise
+                time.sleep(0.05 * 2**i)
+        raise AssertionError("unreachable")
+
+    class _Tx:
+        def __init__(self, conn: sqlite3.Connection):
+            self.conn = conn
+
+        def __enter__(self) -> None:
+            self.conn.execute("BEGIN IMMEDIATE")
+
+        def __exit__(self, exc_type, *rest: object) -> None:
+            self.conn.execute("ROLLBACK" if exc_type else "COMMIT")
+
+    def _transaction(self) -> "_Tx":
+        return LabelStore._Tx(self._conn)
+
+    # ------------------------------------------------------------ reading
+
+    def done_ids(self, rater: str, prompt_version: str, *, include_unparsed: bool = True) -> set[str]:
+        """Item ids already stored for this rater and prompt version."""
+        sql = "SELECT item_id FROM labels WHERE rater=? AND prompt_version=?"
+        if not include_unparsed:
+            sql += " AND status='ok'"
+        return {r[0] for r in self._conn.execute(sql, (rater, prompt_version))}
+
+    def get(self, rater: str, prompt_version: str, item_id: str) -> LabelRecord | None:
+        row = self._conn.execute("SELECT * FROM labels WHERE rater=? AND prompt_version=? AND item_id=?",
+                                 (rater, prompt_version, item_id)).fetchone()
+        return None if row is None else _record(row)
+
+    def rows(self, rater: str, prompt_version: str, *, status: str | None = None) -> list[LabelRecord]:
+        """All stored rows of one rater and prompt version (optionally one status), by item id."""
+        sql, params = "SELECT * FROM labels WHERE rater=? AND prompt_version=?", [rater, prompt_version]
+        if status is not None:
+            sql += " AND status=?"
+            params.append(status)
+        return [_record(r) for r in self._conn.execute(sql + " ORDER BY item_id", params)]
+
+    def count(self, rater: str | None = None, prompt_version: str | None = None) -> int:
+        sql, params = "SELECT COUNT(*) FROM labels WHERE 1=1", []
+        if rater is not None:
+            sql += " AND rater=?"
+            params.append(rater)
+        if prompt_version is not None:
+            sql += " AND prompt_version=?"
+            params.append(prompt_version)
+        return int(self._conn.execute(sql, params).fetchone()[0])
+
+    def versions(self, rater: str) -> list[str]:
+        """Prompt versions stored for a rater, most recent first."""
+        return [r[0] for r in self._conn.execute(
+            "SELECT prompt_version, MAX(created_at) AS last FROM labels WHERE rater=? GROUP BY prompt_version ORDER BY last DESC", (rater,))]
+
+    def resolve(self, spec: str) -> tuple[str, str]:
+        """``RATER`` or ``RATER@VERSION`` -> (rater, version); a bare name must have exactly one version.
+
+        >>> LabelStore(":memory:").resolve("nobody")
+        Traceback (most recent call last):
+        ...
+        KeyError: "rater 'nobody' has no labels in the store :memory: (stored raters: none); run `suffice label` first"
+        """
+        rater, _, version = spec.partition("@")
+        versions = self.versions(rater)
+        if version:
+            if version not in versions:
+                raise KeyError(f"rater {rater!r} has no labels under prompt version {version!r}: stored versions are {versions}")
+            return rater, version
+        if not versions:
+            known = sorted({r["rater"] for r in self.summary()}) or "none"
+            raise KeyError(f"rater {rater!r} has no labels in the store {self.path} (stored raters: {known}); run `suffice label` first")
+        if len(versions) > 1:
+            raise KeyError(f"rater {rater!r} has labels under several prompt versions {versions}: name one as {rater}@VERSION")
+        return rater, versions[0]
+
+    def summary(self) -> list[dict[str, Any]]:
+        """One dict per (rater, prompt version): counts by status and the share labelled sufficient."""
+        out = []
+        for r in self._conn.execute(
+                "SELECT rater, prompt_version, COUNT(*) AS n, SUM(status='ok') AS ok, SUM(status='unparsed') AS unparsed, "
+                "SUM(label=1) AS positive, SUM(tokens_in) AS tokens_in, SUM(tokens_out) AS tokens_out "
+                "FROM labels GROUP BY rater, prompt_version ORDER BY rater, prompt_version"):
+            out.append(dict(r))
+        return out
+
+
+def _record(row: sqlite3.Row) -> LabelRecord:
+    return LabelRecord(**{c: row[c] for c in _COLUMNS}, item_id=row["item_id"], created_at=row["created_at"])
