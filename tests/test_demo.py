@@ -1,0 +1,30 @@
+"""`suffice demo` (what `make demo` runs) end to end on the 20-row fixture and the tiny BERT."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from suffice.training import demo
+
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "train20.jsonl"
+
+
+def test_demo_runs_train_register_and_export(tiny_bert, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("ACCELERATE_CONFIG_FILE", str(tmp_path / "none.yaml"))
+    out = tmp_path / "model"
+    cfg = tmp_path / "tiny.yaml"
+    cfg.write_text("task: sufficiency\nnum_train_epochs: 1\nexport: false\n")
+    rc = demo.main([
+        "--skip-data", "--no-export", "--config", str(cfg), f"--train_file={FIXTURE}", f"--base_model={tiny_bert}", f"--output_dir={out}", "--max_length=64",
+        "--per_device_train_batch_size=4", "--lora.r=4", "--torch_threads=1", "--baselines=[tfidf_lr]",
+    ])
+    assert rc == 0
+    meta = json.loads((out / "suffice_model.json").read_text())
+    assert meta["mlflow"]["version"] and meta["task"] == "sufficiency"
+    assert "make mlflow-ui" in capsys.readouterr().out
+
+
+def test_demo_rejects_stray_arguments(capsys):
+    assert demo.main(["--skip-data", "oops"]) == 2
+    assert "look like --key=value" in capsys.readouterr().err
