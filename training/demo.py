@@ -49,6 +49,10 @@ def main(argv: list[str] | None = None) -> int:
         if rc:
             return rc
     print("\n== 2/2  train, evaluate on test, register in MLflow, export the bundle ==", flush=True)
+    out_dir = next((o.split("=", 1)[1] for o in overrides if o.startswith("--output_dir=")), None)
+    if out_dir is None:
+        out_dir = str(REPO_ROOT / "models" / time.strftime("demo-%Y%m%d-%H%M%S"))
+        overrides = [*overrides, f"--output_dir={out_dir}"]
     cmd = [
         sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "1", "--num_machines", "1",
         "--mixed_precision", "no", "--dynamo_backend", "no",
@@ -62,6 +66,17 @@ def main(argv: list[str] | None = None) -> int:
     if rc:
         print(f"suffice demo: training failed with exit code {rc} (see the messages above)", file=sys.stderr)
         return rc
+    bundle = Path(out_dir) / "bundle"
+    if not args.no_export and not (bundle / "suffice.json").is_file():
+        # int8 parity is strict (>= 99% decision agreement); when it refuses, still leave a usable fp32 bundle
+        print("\nthe int8 bundle failed its parity check (see above): exporting the fp32 bundle only", flush=True)
+        from suffice.training import export
+
+        rc = export.main(["--model", out_dir, "--out", str(bundle), "--no-quantize"])
+        if rc:
+            return rc
+    if (bundle / "suffice.json").is_file():
+        print(f"bundle: {bundle}")
     print(f"\ndemo finished in {time.perf_counter() - t0:.0f} s.")
     print("Compare runs and registered versions in the MLflow UI: `make mlflow-ui`, then open http://127.0.0.1:5000")
     print("Score with the bundle: python -c \"from suffice.serving import SufficiencyScorer; "
