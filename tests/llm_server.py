@@ -10,9 +10,10 @@ connections). Every request is answered by a :class:`Reply`, chosen in this orde
 2. a reply queued with :meth:`FakeLLMServer.enqueue` (first in, first out, for the next requests);
 3. ``default(request_json) -> Reply`` (by default a well-formed ``{"Sufficient Context": 1}`` verdict).
 
-Replies: ``Reply.verdict(1)``, ``Reply.text("anything")``, ``Reply.error(429, retry_after=1)``,
-``Reply.error(500)``, ``Reply.drop()`` (the connection is closed with no response),
-and any of them delayed with ``delay_s=`` (``Reply.verdict(1, delay_s=2)`` is a slow reply).
+Replies: ``Reply.verdict(1)``, ``Reply.questions([...])`` (a reply to suffice synth's question-writing
+prompt), ``Reply.text("anything")``, ``Reply.error(429, retry_after=1)``, ``Reply.error(500)``,
+``Reply.drop()`` (the connection is closed with no response), and any of them delayed with ``delay_s=``
+(``Reply.verdict(1, delay_s=2)`` is a slow reply).
 Requests with ``"stream": true`` get Server-Sent Events chunks as the OpenAI API sends them.
 
 Counters: ``n_requests``, ``max_in_flight``, ``requests`` (bodies and headers, for assertions).
@@ -69,6 +70,15 @@ class Reply:
             block = f"```json\n{block}\n```"
         content = f"Step-by-step:\nQ1: What is asked? A1: see the context.\nExplanation: {explanation}\n{block}"
         return cls(kind="text", content=content, delay_s=delay_s)
+
+    @classmethod
+    def questions(cls, questions: list[dict[str, Any]], *, preamble: str = "Here are the questions.", fenced: bool = True,
+                  delay_s: float = 0.0) -> "Reply":
+        """A well-formed reply to a question-writing prompt (``suffice synth``): ``{"questions": [...]}`` as JSON."""
+        block = json.dumps({"questions": questions}, indent=1)
+        if fenced:
+            block = f"```json\n{block}\n```"
+        return cls(kind="text", content=f"{preamble}\n{block}", delay_s=delay_s)
 
     @classmethod
     def error(cls, status: int, *, retry_after: float | str | None = None, body: Any = None, delay_s: float = 0.0) -> "Reply":
