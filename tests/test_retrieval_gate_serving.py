@@ -107,3 +107,34 @@ def test_sufficiency_bundle_is_refused(tiny_bert_dir, tmp_path, gate_bundle):
                                                     "positive_label": "sufficient", "thresholds": {"sufficient": 0.8, "partial": 0.5}}))
     with pytest.raises(BundleError, match="SufficiencyScorer.load"):
         RetrievalGate.load(other)
+
+
+def test_gate_benchmark_measures_the_bundle_on_held_out_threads(gate_bundle, tmp_path):
+    """benchmarks/bench_retrieval_gate.py on a tiny bundle and a 40-thread file: every number is finite."""
+    import math
+    import sys
+
+    from conftest import REPO
+
+    threads = tmp_path / "threads.jsonl"
+    with threads.open("w") as f:
+        for i in range(40):
+            follow = "Thanks, put that in a table" if i % 2 else f"What about plan number {i}?"
+            msgs = [{"role": "user", "content": f"What does plan {i} cost?"},
+                    {"role": "assistant", "content": f"Plan {i} costs ${i}.99 a month."},
+                    {"role": "user", "content": follow}]
+            f.write(json.dumps({"id": f"t{i}", "messages": msgs, "label": "SKIP" if i % 2 else "RETRIEVE", "category": "x"}) + "\n")
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import bench_retrieval_gate as bench
+    finally:
+        sys.path.pop(0)
+    r = bench.run(gate_bundle, str(REPO / "configs" / "retrieval-gate.yaml"), [f"--gate.path={threads}", "--gate.test_fraction=0.3"], threads=1)
+    assert r["n_test"] > 0 and r["n_train"] + r["n_test"] <= 40
+    for k in ("int8", "fp32", "tfidf_lr"):
+        assert 0.0 <= r[k]["macro_f1"] <= 1.0 and 0.0 <= r[k]["skip_rate"] <= 1.0
+    assert r["int8"]["fail_open_count"] == 0
+    assert math.isfinite(r["latency_int8_128"]["p50_ms"]) and r["latency_int8_128"]["p50_ms"] > 0
+    assert len(r["acceptance"]) == 7 and r["acceptance"][-1]["decision"] == "RETRIEVE"  # the first message never runs the model
+    assert set(r["goals"]) >= {"macro_f1>=0.90", "acceptance_examples"}
+    assert "retrieval gate on" in bench.format_report(r)

@@ -1,0 +1,178 @@
+"""The retrieval gate on held-out threads: quality against the goal, the baseline, latency, examples.
+
+Runs the exported gate exactly as a service does (``RetrievalGate.decide`` on whole threads,
+torch-free) on the test threads of the split that training used (same seed, same fractions,
+rebuilt from ``configs/retrieval-gate.yaml``), next to TF-IDF + logistic regression fitted on
+the same train threads. Reports macro-F1, SKIP precision, the share of follow-ups skipped, the
+latency of ``decide`` at 128-token inputs (int8), and the issue's acceptance examples.
+
+Goal (issue 7): macro-F1 >= 0.90, SKIP precision >= 0.95 while skipping >= 30% of follow-ups,
+>= 3 F1 points above TF-IDF + LR, p50 <= 10 ms at 128 tokens (int8).
+
+    python benchmarks/bench_retrieval_gate.py --bundle models/gate-x/bundle --out gate.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+
+FRUIT_THREAD = [
+    {"role": "user", "content": "What fruit do you have and what do they cost?"},
+    {"role": "assistant", "content": "Here are today's fruit prices:\n\n| Fruit | Price per lb |\n|---|---|\n"
+                                     "| Bananas | $0.69 |\n| Mangoes | $2.49 |\n| Cherries | $5.99 |\n| Grapes | $3.29 |"},
+]
+# (latest user message, expected decision): the issue's acceptance examples, asked after the first answer.
+ACCEPTANCE = [
+    ("Sort that by price descending", "SKIP"),
+    ("What about apples?", "RETRIEVE"),
+    ("Explain that in simpler terms", "SKIP"),
+    ("Now find me all fruits under $2", "RETRIEVE"),
+    ("Thanks!", "SKIP"),
+    ("Actually, what vegetables do you have?", "RETRIEVE"),
+]
+FIRST_MESSAGE = ("What is the price of bananas?", "RETRIEVE")
+
+
+def acceptance(gate) -> list[dict]:
+    """The issue's examples, each decided on the fruit-price thread (and one first message)."""
+    out = []
+    for text, want in ACCEPTANCE:
+        d = gate.decide([*FRUIT_THREAD, {"role": "user", "content": text}])
+        out.append({"message": text, "expected": want, "decision": d.decision, "p_skip": d.score, "ok": d.decision == want})
+    d = gate.decide([{"role": "user", "content": FIRST_MESSAGE[0]}])
+    out.append({"message": FIRST_MESSAGE[0] + " (first message)", "expected": FIRST_MESSAGE[1], "decision": d.decision,
+                "p_skip": d.score, "ok": d.decision == FIRST_MESSAGE[1]})
+    return out
+
+
+def test_threads(config: str, overrides: list[str]):
+    """(train rows, test rows) exactly as training split them."""
+    from suffice.training.train import _load_gate_splits
+    from suffice.training.train_config import build_train_config
+
+    cfg = build_train_config(config, overrides)
+    splits = _load_gate_splits(cfg)
+    return splits.train, splits.test
+
+
+def thread_of(row: dict) -> list[dict]:
+    return [{"role": p["title"], "content": p["text"]} for p in row["passages"]] + [{"role": "user", "content": row["question"]}]
+
+
+def gate_quality(pred_skip: np.ndarray, y_skip: np.ndarray) -> dict[str, float]:
+    from sklearn.metrics import f1_score
+
+    skipped = pred_skip == 1
+    return {
+        "n": int(len(y_skip)),
+        "macro_f1": float(f1_score(y_skip, pred_skip, average="macro", labels=[0, 1], zero_division=0)),
+        "accuracy": float((pred_skip == y_skip).mean()),
+        "skip_precision": float(y_skip[skipped].mean()) if skipped.any() else float("nan"),
+        "skip_recall": float(pred_skip[y_skip == 1].mean()) if (y_skip == 1).any() else float("nan"),
+        "skip_rate": float(skipped.mean()),
+    }
+
+
+def latency_128(gate, rows, n: int = 200) -> dict[str, float]:
+    """p50/p95/p99 of ``decide`` on threads packed to ~128 tokens (follow-ups only)."""
+    from suffice.serving.retrieval_gate import RetrievalGate  # noqa: F401  (same code path as services)
+
+    threads = [thread_of(r) for r in rows][:n]
+    for t in threads[:5]:
+        gate.decide(t)
+    ms = []
+    for t in threads:
+        t0 = time.perf_counter()
+        gate.decide(t)
+        ms.append((time.perf_counter() - t0) * 1e3)
+    a = np.asarray(ms)
+    return {"p50_ms": float(np.percentile(a, 50)), "p95_ms": float(np.percentile(a, 95)),
+            "p99_ms": float(np.percentile(a, 99)), "n": int(a.size)}
+
+
+def run(bundle: str | Path, config: str = str(REPO / "configs" / "retrieval-gate.yaml"), overrides: list[str] | None = None,
+        threads: int = 2) -> dict:
+    """Every measurement of this module on one bundle, as a JSON-ready dict."""
+    from suffice.serving.retrieval_gate import RetrievalGate, RetrievalGateConfig
+    from suffice.training.baselines import TfidfLogisticBaseline
+
+    train, test = test_threads(config, overrides or [])
+    y = np.asarray(test["label"], dtype=np.int64)  # 1 = SKIP
+    out: dict = {"bundle": str(bundle), "n_train": len(train), "n_test": len(test),
+                 "hardware": {"cpu": platform.processor() or platform.machine(), "threads": threads}}
+    for precision in ("int8", "fp32"):
+        gate = RetrievalGate.load(bundle, RetrievalGateConfig(precision=precision, intra_op_threads=threads))
+        rows = list(test)
+        decisions = [gate.decide(thread_of(r)) for r in rows]
+        pred = np.asarray([1 if d.decision == "SKIP" else 0 for d in decisions])
+        errors = [d.reason for d in decisions if d.score is None]
+        q = gate_quality(pred, y)
+        q["skip_threshold"] = gate.skip_threshold
+        q["fail_open_count"] = len(errors)
+        by_cat: dict[str, list[int]] = {}
+        for r, p in zip(rows, pred):
+            by_cat.setdefault(r["kind"] or "?", []).append(int(p == r["label"]))
+        q["accuracy_by_category"] = {k: round(float(np.mean(v)), 3) for k, v in sorted(by_cat.items())}
+        out[precision] = q
+        if precision == "int8":
+            # inputs of ~128 tokens: cap the window at 128 so the latency is the 128-token figure
+            window = min(128, gate._model.manifest.max_length)
+            gate128 = RetrievalGate.load(bundle, RetrievalGateConfig(precision="int8", intra_op_threads=threads, max_tokens=window))
+            out["latency_int8_128"] = latency_128(gate128, rows)
+            out["acceptance"] = acceptance(gate)
+    base = TfidfLogisticBaseline().fit(train["question"], train["passages"], np.asarray(train["label"]))
+    out["tfidf_lr"] = gate_quality(base.predict(base.score(test["question"], test["passages"])), y)
+    out["f1_points_over_tfidf"] = 100 * (out["int8"]["macro_f1"] - out["tfidf_lr"]["macro_f1"])
+    g = out["int8"]
+    out["goals"] = {
+        "macro_f1>=0.90": g["macro_f1"] >= 0.90,
+        "skip_precision>=0.95": g["skip_precision"] >= 0.95,
+        "skip_rate>=0.30": g["skip_rate"] >= 0.30,
+        "f1_points_over_tfidf>=3": out["f1_points_over_tfidf"] >= 3,
+        "p50_128_int8<=10ms": out["latency_int8_128"]["p50_ms"] <= 10.0,
+        "acceptance_examples": all(a["ok"] for a in out["acceptance"]),
+    }
+    return out
+
+
+def format_report(r: dict) -> str:
+    lines = [f"retrieval gate on {r['n_test']} held-out threads (trained on {r['n_train']})",
+             f"{'model':<10} {'macro-F1':>9} {'SKIP prec':>10} {'SKIP rate':>10} {'accuracy':>9}"]
+    for k in ("int8", "fp32", "tfidf_lr"):
+        q = r[k]
+        lines.append(f"{k:<10} {q['macro_f1']:>9.3f} {q['skip_precision']:>10.3f} {q['skip_rate']:>10.3f} {q['accuracy']:>9.3f}")
+    lat = r["latency_int8_128"]
+    lines.append(f"decide() int8, 128 tokens: p50 {lat['p50_ms']:.2f} ms, p95 {lat['p95_ms']:.2f} ms, p99 {lat['p99_ms']:.2f} ms")
+    lines.append(f"F1 points over TF-IDF + LR: {r['f1_points_over_tfidf']:+.1f}")
+    for a in r["acceptance"]:
+        p = "-" if a["p_skip"] is None else f"{a['p_skip']:.2f}"
+        lines.append(f"  {'ok ' if a['ok'] else 'BAD'} {a['message']!r:<50} -> {a['decision']:<8} (want {a['expected']}, P(SKIP)={p})")
+    lines.append("goals: " + ", ".join(f"{k} {'met' if v else 'MISSED'}" for k, v in r["goals"].items()))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--bundle", required=True, help="an exported retrieval-gate bundle folder")
+    ap.add_argument("--config", default=str(REPO / "configs" / "retrieval-gate.yaml"), help="the config the gate was trained with")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out", help="write the results as JSON here")
+    args, overrides = ap.parse_known_args(argv)
+    r = run(args.bundle, args.config, overrides, args.threads)
+    print(format_report(r))
+    if args.out:
+        Path(args.out).write_text(json.dumps(r, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
