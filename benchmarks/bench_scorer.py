@@ -66,6 +66,40 @@ print(json.dumps({{l.split(":")[0]: int(l.split()[1]) / 1024 for l in rss}}))
     return {"rss_mb": round(d["VmRSS"], 1), "peak_rss_mb": round(d["VmHWM"], 1)}
 
 
+def rss_of_torch(model_dir: str, threads: int) -> dict:
+    """Resident memory of a fresh process holding the PyTorch eager model (after 5 forward passes)."""
+    return _rss_of(f"""
+import torch
+from transformers import AutoModelForSequenceClassification
+torch.set_num_threads({threads})
+m = AutoModelForSequenceClassification.from_pretrained({model_dir!r}).eval()
+ids = torch.full((1, 256), 2000, dtype=torch.long)
+with torch.inference_mode():
+    for _ in range(5): m(input_ids=ids, attention_mask=torch.ones_like(ids), token_type_ids=torch.zeros_like(ids))
+""")
+
+
+def rss_of_lexical() -> dict:
+    """Resident memory of a fresh process running the lexical heuristic (keyword coverage)."""
+    return _rss_of("""
+from suffice.serving.lexical import keyword_coverage
+for _ in range(5): keyword_coverage("When did Chopin leave Warsaw?", ["Chopin left Warsaw in 1830. " * 30])
+""")
+
+
+def _rss_of(setup: str) -> dict:
+    code = setup + """
+import json
+rss = [l for l in open("/proc/self/status") if l.startswith(("VmRSS", "VmHWM"))]
+print(json.dumps({l.split(":")[0]: int(l.split()[1]) / 1024 for l in rss}))
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    if p.returncode != 0:
+        return {"error": p.stderr[-500:]}
+    d = json.loads(p.stdout.strip().splitlines()[-1])
+    return {"rss_mb": round(d["VmRSS"], 1), "peak_rss_mb": round(d["VmHWM"], 1)}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--bundle", required=True)
@@ -85,8 +119,9 @@ def main(argv: list[str] | None = None) -> int:
     from suffice.serving.lexical import keyword_coverage
 
     bundle = Path(args.bundle)
+    has_int8 = bool(json.loads((bundle / "suffice.json").read_text()).get("int8_model_file"))
     runners = {}
-    for prec in ("int8", "fp32"):
+    for prec in ("int8", "fp32") if has_int8 else ("fp32",):  # an fp32-only bundle (int8 parity refused) has no int8 model
         s = SufficiencyScorer.load(bundle, ScorerConfig(precision=prec, intra_op_threads=args.threads))
         runners[f"onnx_{prec}"] = (lambda m: (lambda f: m.run(f)))(s._model)
     for spec in args.extra_onnx:
@@ -123,8 +158,9 @@ def main(argv: list[str] | None = None) -> int:
             row["lexical"] = stats(timed(lambda: [keyword_coverage("When did Chopin leave Warsaw?", [text]) for _ in range(B)], 5, 200, 1.0), B)
             t = row.get("torch_eager_fp32", {}).get("p50_ms")
             if t:
-                row["speedup_int8_vs_torch_p50"] = round(t / row["onnx_int8"]["p50_ms"], 2)
-                row["speedup_fp32_vs_torch_p50"] = round(t / row["onnx_fp32"]["p50_ms"], 2)
+                for prec in ("int8", "fp32"):
+                    if f"onnx_{prec}" in row:
+                        row[f"speedup_{prec}_vs_torch_p50"] = round(t / row[f"onnx_{prec}"]["p50_ms"], 2)
             results["cells"].append(row)
             print(json.dumps({k: (v["p50_ms"] if isinstance(v, dict) else v) for k, v in row.items()}), flush=True)
 
@@ -133,7 +169,10 @@ def main(argv: list[str] | None = None) -> int:
                "He settled in Paris, where he taught piano and composed. ") * 12
     results["end_to_end_score_256_window"] = stats(timed(lambda: scorer.score("When did Chopin leave Warsaw?", [passage]), 10, 300, args.budget_s), 1)
     results["file_sizes_mb"] = {f.name: round(f.stat().st_size / 1e6, 2) for f in bundle.iterdir()}
-    results["memory"] = {"int8": rss_of_scorer(str(bundle), args.threads, "int8"), "fp32": rss_of_scorer(str(bundle), args.threads, "fp32")}
+    results["memory"] = {prec: rss_of_scorer(str(bundle), args.threads, prec) for prec in (("int8", "fp32") if has_int8 else ("fp32",))}
+    if "torch_eager_fp32" in runners:
+        results["memory"]["torch_eager_fp32"] = rss_of_torch(str(args.model_dir), args.threads)
+    results["memory"]["lexical"] = rss_of_lexical()
     results["manifest_parity"] = json.loads((bundle / "suffice.json").read_text()).get("parity")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=2))
