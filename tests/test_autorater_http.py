@@ -258,7 +258,8 @@ def test_500_items_at_concurrency_16_with_accounting(server, tmp_path, key_env, 
     server.on("ITEM-499?", Reply.text("no idea"), Reply.text("still no idea"))
     items = make_items(500)
     started = time.monotonic()
-    acc = run(server, tmp_path, items, concurrency=16, price_per_1k_input=0.00015, price_per_1k_output=0.0006)
+    # a generous timeout: on a loaded 2-core machine a 10 ms reply can wait seconds for the event loop
+    acc = run(server, tmp_path, items, concurrency=16, timeout_s=15.0, price_per_1k_input=0.00015, price_per_1k_output=0.0006)
     elapsed = time.monotonic() - started
     with capsys.disabled():
         print(f"\n{acc.format()}\n(wall {elapsed:.1f} s)")

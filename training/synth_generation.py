@@ -36,7 +36,7 @@ from suffice.training.autorater.config import LabelingConfig
 from suffice.training.autorater.parsing import _as_label, _as_level, _balanced_objects, _lenient_json
 from suffice.training.autorater.prompts import CRITERION, format_context
 from suffice.training.autorater.raters import Rating, RaterFatalError
-from suffice.training.autorater.runner import Accounting
+from suffice.training.autorater.runner import Accounting, run_bounded
 from suffice.training.autorater.store import LabelStore, _now
 from suffice.training.schema import Passage
 
@@ -526,53 +526,35 @@ async def generate_async(seeds: Sequence[Seed], generator: QuestionGenerator, st
 
     bar = tqdm(total=len(todo), desc=f"generate {generator.id}", unit="passage", disable=not progress, file=sys.stderr,
                dynamic_ncols=True, smoothing=0.1)
-    queue: asyncio.Queue[Seed] = asyncio.Queue()
-    for s in todo:
-        queue.put_nowait(s)
     started = time.monotonic()
 
-    async def worker() -> None:
-        while True:
-            try:
-                seed = queue.get_nowait()
-            except asyncio.QueueEmpty:
-                return
-            result = await generator.generate(seed)
-            acc.add(result)
-            if result.status == "failed":
-                acc.failed += 1
-            else:
-                record = GenerationRecord(status=result.status, questions=result.questions, raw=result.raw,
-                                          tokens_in=result.tokens_in, tokens_out=result.tokens_out,
-                                          latency_s=round(result.latency_s, 6), attempts=max(1, result.requests))
-                if store.put_generation(generator.id, generator.prompt_version, seed.id, record, replace_unparsed=retry_unparsed):
-                    if result.status == "ok":
-                        acc.stored_ok += 1
-                    else:
-                        acc.stored_unparsed += 1
+    async def handle(seed: Seed) -> None:
+        result = await generator.generate(seed)
+        acc.add(result)
+        if result.status == "failed":
+            acc.failed += 1
+        else:
+            record = GenerationRecord(status=result.status, questions=result.questions, raw=result.raw,
+                                      tokens_in=result.tokens_in, tokens_out=result.tokens_out,
+                                      latency_s=round(result.latency_s, 6), attempts=max(1, result.requests))
+            if store.put_generation(generator.id, generator.prompt_version, seed.id, record, replace_unparsed=retry_unparsed):
+                if result.status == "ok":
+                    acc.stored_ok += 1
                 else:
-                    acc.not_stored_duplicate += 1
-            bar.update(1)
-            bar.set_postfix(cost=f"${acc.cost_usd:.4f}", unparsed=acc.stored_unparsed, failed=acc.failed, refresh=False)
+                    acc.stored_unparsed += 1
+            else:
+                acc.not_stored_duplicate += 1
+        bar.update(1)
+        bar.set_postfix(cost=f"${acc.cost_usd:.4f}", unparsed=acc.stored_unparsed, failed=acc.failed, refresh=False)
 
-    tasks = [asyncio.create_task(worker()) for _ in range(min(concurrency, len(todo)))]
     try:
-        if tasks:
-            finished, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-            for t in pending:
-                t.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
-            for t in finished:
-                if t.exception() is not None:
-                    raise t.exception()
+        await run_bounded(todo, handle, concurrency)
     except RaterFatalError as e:
         acc.stopped = str(e)
         e.accounting = acc
         raise
     except (asyncio.CancelledError, KeyboardInterrupt):
         acc.stopped = "interrupted"
-        for t in tasks:
-            t.cancel()
         raise
     finally:
         acc.elapsed_s = time.monotonic() - started

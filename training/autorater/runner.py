@@ -24,7 +24,7 @@ import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Awaitable, Callable, Sequence
 
 from suffice.training.autorater.raters import Rater, RaterFatalError, Rating
 from suffice.training.autorater.store import LabelRecord, LabelStore
@@ -146,6 +146,47 @@ class Accounting:
         return "\n".join(lines)
 
 
+
+async def run_bounded(todo: Sequence[Any], handle: Callable[[Any], Awaitable[None]], concurrency: int) -> None:
+    """Run ``handle`` on every element of ``todo`` with at most ``concurrency`` in flight.
+
+    The first exception stops the rest (pending handlers are cancelled) and is re-raised;
+    cancellation cancels every worker. Shared by labelling and question generation.
+
+    >>> seen = []
+    >>> async def handle(x): seen.append(x)
+    >>> asyncio.run(run_bounded([1, 2, 3], handle, concurrency=2)); sorted(seen)
+    [1, 2, 3]
+    """
+    queue: asyncio.Queue[Any] = asyncio.Queue()
+    for x in todo:
+        queue.put_nowait(x)
+
+    async def worker() -> None:
+        while True:
+            try:
+                x = queue.get_nowait()
+            except asyncio.QueueEmpty:
+                return
+            await handle(x)
+
+    tasks = [asyncio.create_task(worker()) for _ in range(min(concurrency, len(todo)))]
+    if not tasks:
+        return
+    try:
+        finished, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        for t in tasks:
+            t.cancel()
+        raise
+    for t in pending:
+        t.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+    for t in finished:
+        if t.exception() is not None:
+            raise t.exception()
+
+
 def _record(rating: Rating) -> LabelRecord:
     return LabelRecord(status=rating.status, label=rating.label, level=rating.level, rationale=rating.rationale,
                        raw=rating.raw, tokens_in=rating.tokens_in, tokens_out=rating.tokens_out,
@@ -178,49 +219,31 @@ async def label_items_async(items: Sequence[Item], rater: Rater, store: LabelSto
 
     bar = tqdm(total=len(todo), desc=f"label {rater.id}", unit="item", disable=not progress, file=sys.stderr,
                dynamic_ncols=True, smoothing=0.1)
-    queue: asyncio.Queue[Item] = asyncio.Queue()
-    for it in todo:
-        queue.put_nowait(it)
     started = time.monotonic()
 
-    async def worker() -> None:
-        while True:
-            try:
-                item = queue.get_nowait()
-            except asyncio.QueueEmpty:
-                return
-            rating = await rater.rate(item)
-            acc.add(rating)
-            if rating.status == "failed":
-                acc.failed += 1
-            elif store.put(rater.id, rater.prompt_version, item.id, _record(rating), replace_unparsed=retry_unparsed):
-                if rating.status == "ok":
-                    acc.stored_ok += 1
-                else:
-                    acc.stored_unparsed += 1
+    async def handle(item: Item) -> None:
+        rating = await rater.rate(item)
+        acc.add(rating)
+        if rating.status == "failed":
+            acc.failed += 1
+        elif store.put(rater.id, rater.prompt_version, item.id, _record(rating), replace_unparsed=retry_unparsed):
+            if rating.status == "ok":
+                acc.stored_ok += 1
             else:
-                acc.not_stored_duplicate += 1
-            bar.update(1)
-            bar.set_postfix(cost=f"${acc.cost_usd:.4f}", unparsed=acc.stored_unparsed, failed=acc.failed, refresh=False)
+                acc.stored_unparsed += 1
+        else:
+            acc.not_stored_duplicate += 1
+        bar.update(1)
+        bar.set_postfix(cost=f"${acc.cost_usd:.4f}", unparsed=acc.stored_unparsed, failed=acc.failed, refresh=False)
 
-    tasks = [asyncio.create_task(worker()) for _ in range(min(concurrency, len(todo)))]
     try:
-        if tasks:
-            finished, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-            for t in pending:
-                t.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
-            for t in finished:
-                if t.exception() is not None:
-                    raise t.exception()
+        await run_bounded(todo, handle, concurrency)
     except RaterFatalError as e:
         acc.stopped = str(e)
         e.accounting = acc  # the caller still prints and logs what was done before the stop
         raise
     except (asyncio.CancelledError, KeyboardInterrupt):
         acc.stopped = "interrupted"
-        for t in tasks:
-            t.cancel()
         raise
     finally:
         acc.elapsed_s = time.monotonic() - started
