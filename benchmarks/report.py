@@ -64,7 +64,8 @@ def headline(results: Mapping[str, Any]) -> list[str]:
     llm = results.get("llm") or {}
     if llm.get("speed_ratio_llm_over_student"):
         lines.append(f"the local LLM rater takes {llm['llm_seconds_per_judgment']['mean']:.1f} s per judgment, "
-                     f"{llm['speed_ratio_llm_over_student']:,.0f}x the int8 student's end-to-end time on the same {sum(llm['sample']['per_source'].values())} items")
+                     f"{llm['speed_ratio_llm_over_student']:,.0f}x the {llm['student_precision']} student's end-to-end time on the same "
+                     f"{sum(llm['sample']['per_source'].values())} test items")
     tc = results.get("training") or {}
     if tc.get("ratio_full_over_lora_s_per_1k"):
         lines.append(f"full fine-tuning takes {tc['ratio_full_over_lora_s_per_1k']:.2f}x the wall time of LoRA per 1k examples "
@@ -259,6 +260,8 @@ def render_markdown(results: Mapping[str, Any]) -> str:
            ("**SMOKE RUN: a tiny random model on a handful of items; these numbers only show the code paths work.**\n" if meta["smoke"] else ""),
            f"- hardware: {hw['cpu_model']}, {hw['cores']} cores ({hw['cpu_flags']}), {hw['memory_gb']} GiB RAM; shared machine, so compare "
            "numbers within this run (ratios), not across runs",
+           f"- load average (1/5/15 min) at start {hw.get('load_average_at_start')}, at end {hw.get('load_average_at_end')} "
+           f"(other work on this {hw['cores']}-core machine during the run)",
            f"- software: Python {meta['versions']['python']}, onnxruntime {meta['versions'].get('onnxruntime')}, torch {meta['versions'].get('torch')}",
            f"- model: `{meta['model'].get('model_dir')}`, bundle `{meta['model'].get('bundle')}`"
            + (f", registered `{meta['model']['registered']}`" if meta["model"].get("registered") else ""),

@@ -51,8 +51,8 @@ EXPERIMENT = "benchmarks"
 # what is benchmarked, and on what
 # ------------------------------------------------------------------------------------------
 def newest_model_dir(root: Path = REPO / "models") -> Path:
-    """The newest ``models/*/`` holding an exported bundle (``bundle/suffice.json``)."""
-    found = [p.parent.parent for p in root.glob("*/bundle/suffice.json")]
+    """The newest ``models/*/`` holding an exported sufficiency bundle (``bundle/suffice.json``)."""
+    found = [p.parent.parent for p in root.glob("*/bundle/suffice.json") if json.loads(p.read_text()).get("task") == "sufficiency"]
     if not found:
         raise FileNotFoundError(f"no model with an exported bundle under {root} (looked for */bundle/suffice.json): "
                                 "run `make demo` first, or give --model-dir / --bundle / --model")
@@ -127,7 +127,7 @@ def hardware() -> dict[str, Any]:
     except (OSError, StopIteration):
         mem_kb = 0
     return {"cpu_model": model, "cores": os.cpu_count(), "cpu_flags": ", ".join(simd) or "no AVX2", "memory_gb": round(mem_kb / 2**20, 1),
-            "platform": platform.platform()}
+            "platform": platform.platform(), "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
 
 
 def versions() -> dict[str, str]:
@@ -422,6 +422,7 @@ def main(argv: list[str] | None = None) -> int:
         timings[part] = time.perf_counter() - t0
         print(f"== {part}: {timings[part]:.1f} s ==", flush=True)
     timings["total"] = time.perf_counter() - t_start
+    results["meta"]["hardware"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
 
     from report import render_markdown
 
