@@ -195,6 +195,23 @@ def test_export_true_writes_a_bundle_the_service_can_load(tiny_bert, tmp_path):
     assert manifest.max_length == 64 and manifest.positive_label == "sufficient"
 
 
+
+def test_refused_int8_still_ships_the_checked_fp32_bundle(tiny_bert, tmp_path, monkeypatch, capsys):
+    """An int8 parity failure must not leave a trained model without a bundle: fp32 only, said aloud."""
+    export = pytest.importorskip("suffice.training.export")
+    from functools import partial
+
+    from suffice.serving.bundle import read_manifest
+
+    monkeypatch.setattr(export, "ParityConfig", partial(export.ParityConfig, min_agreement=1.01))  # int8 can never pass
+    out = tmp_path / "exported"
+    summary = run(tiny_config(tiny_bert, out, "--export", "--tracking.enabled=false", "--num_train_epochs=1", "--baselines=[]"))
+    assert summary["bundle"] == str(out / "bundle")
+    assert sorted(p.name for p in (out / "bundle").iterdir()) == ["model.onnx", "suffice.json", "tokenizer.json"]
+    m = read_manifest(out / "bundle")
+    assert m.parity["quantization"] is None and m.parity["fp32_vs_torch_max_abs_diff"] <= 1e-4
+    assert "int8 refused" in capsys.readouterr().err
+
 @pytest.mark.slow
 def test_real_minilm_overfits_a_dozen_items(minilm_dir, tmp_path):
     """The loop learns: real all-MiniLM-L6-v2 drives the loss on 12 items towards zero."""

@@ -67,14 +67,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"suffice demo: training failed with exit code {rc} (see the messages above)", file=sys.stderr)
         return rc
     bundle = Path(out_dir) / "bundle"
-    if not args.no_export and not (bundle / "suffice.json").is_file():
-        # int8 parity is strict (>= 99% decision agreement); when it refuses, still leave a usable fp32 bundle
-        print("\nthe int8 bundle failed its parity check (see above): exporting the fp32 bundle only", flush=True)
-        from suffice.training import export
-
-        rc = export.main(["--model", out_dir, "--out", str(bundle), "--no-quantize"])
-        if rc:
-            return rc
     if (bundle / "suffice.json").is_file():
         print(f"bundle: {bundle}")
     print(f"\ndemo finished in {time.perf_counter() - t0:.0f} s.")
