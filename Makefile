@@ -13,6 +13,8 @@ EXTRAS ?= train,serve,dev
 comma := ,
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 MLFLOW_DB ?= sqlite:///$(CURDIR)/mlruns/mlflow.db
+# EXTRAS=...,spark (pyspark for mlflow.pyfunc.spark_udf) needs a Java 17+ runtime: Debian's, installed when missing
+JAVA_PKG ?= openjdk-17-jre-headless
 
 .PHONY: install demo test test-slow bench mlflow-ui clean-venv
 
@@ -23,6 +25,8 @@ $(VENV)/bin/python:
 $(STAMP): $(VENV)/bin/python pyproject.toml configs/constraints.txt
 	$(PIP) install --quiet $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH_SPEC)"
 	$(PIP) install --quiet -c configs/constraints.txt -e ".[$(EXTRAS)]"
+	$(if $(findstring spark,$(EXTRAS)),command -v java >/dev/null || { apt-get update -qq && apt-get install -y -qq --no-install-recommends $(JAVA_PKG); } \
+		|| { echo "the spark extra needs a Java 17+ runtime: install $(JAVA_PKG) (or set JAVA_HOME)" >&2; exit 1; })
 	touch $@
 
 install: $(STAMP)

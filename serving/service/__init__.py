@@ -37,30 +37,35 @@ def _parser() -> argparse.ArgumentParser:
         "/v1/retrieval-gate, /v1/chat/completions, /healthz, /readyz, /metrics. Any config key can be "
         "overridden as --section.key=value (e.g. --sufficient_context.decline_insufficient=false).",
     )
-    p.add_argument("--bundle", required=True, help="the exported bundle folder (suffice export --out)")
+    p.add_argument("--bundle", required=True, help="the exported bundle folder (suffice export --out), or a registry URI "
+                   "models:/NAME/VERSION or models:/NAME@ALIAS (needs mlflow; resolved once at start-up)")
     p.add_argument("--config", default=None, help=f"service YAML (default: {DEFAULT_CONFIG} when it exists, else built-in defaults)")
     p.add_argument("--host", default=None, help="listen address (overrides server.host)")
     p.add_argument("--port", type=int, default=None, help="listen port (overrides server.port; 0 = any free port)")
-    p.add_argument("--retrieval-gate-bundle", default=None, help="a retrieval_gate bundle (overrides retrieval_gate.bundle)")
+    p.add_argument("--retrieval-gate-bundle", default=None, help="a retrieval_gate bundle folder or models:/ URI (overrides retrieval_gate.bundle)")
     return p
 
 
 def build_service(bundle: str, config: ServiceConfig):
     """Load the bundle(s) the config asks for and return the app (what ``main`` serves).
 
+    ``bundle`` (and ``retrieval_gate.bundle``) may be a folder or a registry URI such as
+    ``models:/suffice-sufficiency@production``: the URI is resolved here, once, to a local copy.
+
     >>> app = build_service("bundles/sufficiency-v3", load_service_config("configs/service.yaml"))  # doctest: +SKIP
     """
     from suffice.serving import RetrievalGate, RetrievalGateConfig, ScorerConfig, SufficiencyScorer
+    from suffice.serving.model_uri import resolve_bundle_uri
 
     rt = config.runtime
     th = config.sufficient_context.thresholds
-    scorer = SufficiencyScorer.load(bundle, ScorerConfig(
+    scorer = SufficiencyScorer.load(resolve_bundle_uri(bundle), ScorerConfig(
         precision=rt.precision, intra_op_threads=rt.intra_op_threads, verify_checksums=rt.verify_checksums,
         thresholds={"sufficient": th.sufficient, "partial": th.partial},
     ))
     gate = None
     if config.retrieval_gate.bundle:
-        gate = RetrievalGate.load(config.retrieval_gate.bundle, RetrievalGateConfig(
+        gate = RetrievalGate.load(resolve_bundle_uri(config.retrieval_gate.bundle), RetrievalGateConfig(
             skip_threshold=config.retrieval_gate.skip_threshold, precision=rt.precision,
             intra_op_threads=rt.intra_op_threads, verify_checksums=rt.verify_checksums))
     return create_app(config, scorer, retrieval_gate=gate), scorer, gate

@@ -1,0 +1,125 @@
+"""Turn what a service is given (a bundle folder or an MLflow registry URI) into a local bundle folder.
+
+``suffice serve --bundle models:/suffice-sufficiency@production`` resolves the alias once, at
+start-up, to a version, downloads that version into a local cache and serves the folder; a
+running service never talks to the registry again (promote a new version, then restart or
+roll the service). Registry URIs need ``mlflow`` (or ``mlflow-skinny``) installed; it is
+imported only when such a URI is given, so ``import suffice.serving`` stays free of it.
+
+>>> resolve_bundle_uri("bundles/v3")  # doctest: +SKIP
+PosixPath('bundles/v3')
+>>> resolve_bundle_uri("models:/suffice-sufficiency@production")  # doctest: +SKIP
+PosixPath('/root/.cache/suffice/bundles/suffice-sufficiency/3/data/bundle')
+
+The tracking store is ``$MLFLOW_TRACKING_URI``, else ``$SUFFICE_MLRUNS_DIR/mlflow.db``, else
+``mlruns/mlflow.db`` in the working directory or the source checkout (where ``suffice train``
+and ``suffice export --register`` write by default). Downloads go to ``$SUFFICE_BUNDLE_CACHE``,
+else ``$SUFFICE_MLRUNS_DIR/bundle-cache``, else ``~/.cache/suffice/bundles``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+from suffice.serving.bundle import BundleError, BundleNotFoundError
+from suffice.serving.pyfunc import find_bundle
+
+REGISTRY_SCHEMES = ("models:/", "runs:/")
+_MODELS_URI = re.compile(r"^models:/(?P<name>[^/@]+)(?:/(?P<version>\d+)|@(?P<alias>[\w\-]+))$")
+
+
+class RegistryURIError(BundleError):
+    """A models:/ or runs:/ URI cannot be resolved to a bundle; the message names the fix."""
+
+
+def is_registry_uri(uri: str | os.PathLike) -> bool:
+    """True for ``models:/...`` and ``runs:/...``.
+
+    >>> is_registry_uri("models:/suffice-sufficiency@production"), is_registry_uri("bundles/v3")
+    (True, False)
+    """
+    return str(uri).startswith(REGISTRY_SCHEMES)
+
+
+def tracking_uri() -> str | None:
+    """The MLflow store a registry URI is looked up in (see the module docstring); None = MLflow's default."""
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return os.environ["MLFLOW_TRACKING_URI"]
+    if os.environ.get("SUFFICE_MLRUNS_DIR"):
+        return f"sqlite:///{Path(os.environ['SUFFICE_MLRUNS_DIR']).resolve() / 'mlflow.db'}"
+    for root in (Path.cwd(), Path(__file__).resolve().parent.parent):
+        db = root / "mlruns" / "mlflow.db"
+        if db.is_file():
+            return f"sqlite:///{db}"
+    return None
+
+
+def bundle_cache_dir() -> Path:
+    if os.environ.get("SUFFICE_BUNDLE_CACHE"):
+        return Path(os.environ["SUFFICE_BUNDLE_CACHE"])
+    if os.environ.get("SUFFICE_MLRUNS_DIR"):
+        return Path(os.environ["SUFFICE_MLRUNS_DIR"]) / "bundle-cache"
+    return Path.home() / ".cache" / "suffice" / "bundles"
+
+
+def resolve_bundle_uri(uri: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> Path:
+    """A local bundle folder for a folder, an MLflow model folder, ``models:/NAME/N``, ``models:/NAME@alias`` or ``runs:/RUN/PATH``.
+
+    Registry versions are downloaded once into ``cache_dir/NAME/VERSION`` (an alias resolves to
+    its version first, so two aliases on one version share the download). Checksums are checked
+    when the scorer loads the folder.
+    """
+    text = str(uri)
+    if not is_registry_uri(text):
+        if "://" in text:
+            raise RegistryURIError(f"unsupported bundle location {text!r}: give a local folder, models:/NAME/VERSION, "
+                                   "models:/NAME@ALIAS or runs:/RUN_ID/PATH")
+        path = Path(text)
+        if not path.is_dir():
+            raise BundleNotFoundError(f"bundle folder {path} does not exist: give the folder `suffice export --out` wrote "
+                                      "or a registry URI such as models:/suffice-sufficiency@production")
+        # an MLflow model folder (a downloaded registry version) holds its bundle under data/;
+        # any other folder is taken as the bundle itself, and loading it says what is missing
+        return find_bundle(path) if (path / "MLmodel").is_file() else path
+    try:
+        import mlflow
+        from mlflow.tracking import MlflowClient
+    except ImportError as e:
+        raise RegistryURIError(f"{text} is an MLflow registry URI but mlflow is not installed ({e}): "
+                               "`pip install mlflow-skinny`, or give the bundle folder instead") from e
+    store = tracking_uri()
+    if store:
+        mlflow.set_tracking_uri(store)
+    client = MlflowClient(tracking_uri=store, registry_uri=store)
+    cache_root = Path(cache_dir) if cache_dir else bundle_cache_dir()
+    m = _MODELS_URI.match(text)
+    if text.startswith("models:/"):
+        if not m:
+            raise RegistryURIError(f"cannot parse {text!r}: use models:/NAME/VERSION or models:/NAME@ALIAS")
+        try:
+            mv = client.get_model_version_by_alias(m["name"], m["alias"]) if m["alias"] else client.get_model_version(m["name"], m["version"])
+            source = client.get_model_version_download_uri(m["name"], mv.version)
+        except Exception as e:  # MlflowException and store errors: keep MLflow's words, add where we looked and the fix
+            raise RegistryURIError(f"{text} is not in the registry at {store or mlflow.get_tracking_uri()}: {e}. "
+                                   "Set MLFLOW_TRACKING_URI to the store the bundle was registered in, and check the "
+                                   "name/alias (`suffice promote --version N --alias production`)") from e
+        target = cache_root / m["name"] / str(mv.version)
+    else:
+        source = text
+        target = cache_root / "runs" / re.sub(r"[^\w.-]+", "_", text[len("runs:/"):])
+    if not (target.is_dir() and any(target.iterdir())):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".download-", dir=target.parent))
+        try:
+            mlflow.artifacts.download_artifacts(artifact_uri=source, dst_path=str(staging))
+            shutil.rmtree(target, ignore_errors=True)
+            os.replace(staging, target)  # a killed download never leaves a half-filled cache entry
+        except Exception as e:  # network, permissions, missing artifacts: say which URI and source
+            raise RegistryURIError(f"could not download {text} (source {source}) into {target}: {e}") from e
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return find_bundle(target)
