@@ -188,7 +188,7 @@ def quality(es: EvalSet, out: Path) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     plots = [
         plot_reliability(probs[main][:, pos], pos_true, out / "reliability.png", bins=bins,
-                         title=f"test: reliability of the {main} student's P({names[pos]}) vs autorater labels"),
+                         title=f"test: {main} student, P({names[pos]}) vs autorater"),
         plot_selective_accuracy(curves, out / "selective_accuracy.png", title="test: selective accuracy vs coverage (autorater labels)"),
     ]
     n_gold = int((np.asarray(es.test["gold_label"]) >= 0).sum())

@@ -18,8 +18,8 @@ SCORER_NAMES = {"student_int8": "student int8", "student_fp32": "student fp32", 
 def _f(v: Any, digits: int = 3) -> str:
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return "–"
-    if isinstance(v, int) or (isinstance(v, float) and v.is_integer() and abs(v) >= 100):
-        return f"{int(v):,}"
+    if isinstance(v, int):
+        return f"{v:,}"
     return f"{v:.{digits}f}"
 
 
@@ -42,9 +42,11 @@ def speed_ratios(speed: Mapping[str, Any]) -> list[dict[str, Any]]:
     for c in speed.get("cells", []):
         base = (c.get("onnx_int8") or c.get("onnx_fp32") or {}).get("p50_ms")
         row = {"tokens": c["tokens"], "batch": c["batch"]}
-        for v in ("onnx_fp32", "torch_eager_fp32", "lexical"):
+        for v in ("onnx_fp32", "torch_eager_fp32"):
             if v in c and "onnx_int8" in c:
                 row[f"int8_vs_{v}"] = _ratio(c[v]["p50_ms"], base)
+        if "lexical" in c:
+            row["lexical_vs_int8"] = _ratio(base, c["lexical"]["p50_ms"])
         if "torch_eager_fp32" in c and "onnx_fp32" in c:
             row["fp32_vs_torch_eager_fp32"] = _ratio(c["torch_eager_fp32"]["p50_ms"], c["onnx_fp32"]["p50_ms"])
         out.append(row)
@@ -55,7 +57,7 @@ def headline(results: Mapping[str, Any]) -> list[str]:
     """The sentences the README quotes: ratios measured side by side in this run."""
     lines = []
     speed = results.get("speed") or {}
-    for r in speed.get("ratios", []):
+    for r in speed_ratios(speed):
         if r["tokens"] == 256 and r["batch"] in (1, 32):
             if r.get("int8_vs_torch_eager_fp32"):
                 lines.append(f"int8 ONNX is {r['int8_vs_torch_eager_fp32']:.1f}x faster than PyTorch eager fp32 at 256 tokens, batch {r['batch']} (p50)")
@@ -91,10 +93,10 @@ def _speed_section(speed: Mapping[str, Any]) -> list[str]:
            "### Throughput (pairs/s)", "",
            _table(["tokens", "batch"] + [VARIANTS[v] for v in variants],
                   [[c["tokens"], c["batch"]] + [_f(c[v]["throughput_items_s"], 1) if v in c else "–" for v in variants] for c in cells]), ""]
-    ratios = speed.get("ratios", [])
+    ratios = speed_ratios(speed)
     if ratios:
         cols = [("int8_vs_onnx_fp32", "int8 vs fp32 ONNX"), ("int8_vs_torch_eager_fp32", "int8 vs PyTorch eager"),
-                ("fp32_vs_torch_eager_fp32", "fp32 ONNX vs PyTorch eager"), ("int8_vs_lexical", "int8 vs lexical")]
+                ("fp32_vs_torch_eager_fp32", "fp32 ONNX vs PyTorch eager"), ("lexical_vs_int8", "lexical heuristic vs int8")]
         cols = [c for c in cols if any(r.get(c[0]) for r in ratios)]
         out += ["### Speed-up (p50 latency of the other variant / this one, same run)", "",
                 _table(["tokens", "batch"] + [c[1] for c in cols],
@@ -173,7 +175,8 @@ def _quality_section(q: Mapping[str, Any], llm: Mapping[str, Any] | None) -> lis
     if q.get("not_measured"):
         return out + [f"Not measured: {q['not_measured']}", ""]
     match = {True: "the same data the model was trained on", False: "**different** from the model's training data", None: "not recorded by the model"}
-    out += [f"Test split: {q['n']} items ({q['n_gold']} with a gold label); labels: {q['label_source']}; data hash `{q['data_hash']}` "
+    out += [f"Test split: {q['n']} items ({q['n_gold']} with a gold label), reference labels from the autorater; training labels: "
+            f"{q['label_source']}; data hash `{q['data_hash']}` "
             f"({match[q['data_hash_matches_model']]}). Baselines decide positive-vs-rest with thresholds tuned on train "
             f"({', '.join(f'{k} {v:.3f}' for k, v in q['baseline_thresholds'].items())}). The student decides at P(sufficient) >= 0.5 "
             "(argmax).", ""]
@@ -261,13 +264,17 @@ def render_markdown(results: Mapping[str, Any]) -> str:
            f"- hardware: {hw['cpu_model']}, {hw['cores']} cores ({hw['cpu_flags']}), {hw['memory_gb']} GiB RAM; shared machine, so compare "
            "numbers within this run (ratios), not across runs",
            f"- load average (1/5/15 min) at start {hw.get('load_average_at_start')}, at end {hw.get('load_average_at_end')} "
-           f"(other work on this {hw['cores']}-core machine during the run)",
+           f"(other work on this {hw['cores']}-core machine during the run); CPU probe (wall time of a fixed 3M-iteration Python loop: "
+           f"the lower, the more CPU this run got) {hw.get('cpu_probe_ms_at_start')} ms at start, {hw.get('cpu_probe_ms_at_end')} ms at end",
            f"- software: Python {meta['versions']['python']}, onnxruntime {meta['versions'].get('onnxruntime')}, torch {meta['versions'].get('torch')}",
            f"- model: `{meta['model'].get('model_dir')}`, bundle `{meta['model'].get('bundle')}`"
            + (f", registered `{meta['model']['registered']}`" if meta["model"].get("registered") else ""),
            *([f"- int8: {meta['model']['int8_note']}"] if meta["model"].get("int8_note") else []),
            f"- git commit `{meta.get('git_commit')}`; command `{meta['command']}`",
-           f"- wall time {t.get('total', 0):.0f} s: " + ", ".join(f"{k} {v:.0f} s" for k, v in t.items() if k != "total"), ""]
+           f"- wall time {t.get('total', 0):.0f} s: " + ", ".join(f"{k} {v:.0f} s" for k, v in t.items() if k != "total"),
+           *[f"- part `{part}` was measured in a later run ({m['started']}, command `{m['command']}`, load average at start "
+             f"{m['load_average_at_start']}, {m['seconds']:.0f} s) and merged into this results.json; every other number is from the run above"
+             for part, m in (meta.get("merged_parts") or {}).items()], ""]
     lines = headline(results)
     if lines:
         out += ["## Headline (ratios measured side by side in this run)", ""] + [f"- {x}" for x in lines] + [""]

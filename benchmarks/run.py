@@ -108,6 +108,15 @@ def with_int8(bundle: Path, work: Path) -> tuple[Path, str | None]:
                   f"suffice.training.export.quantise_onnx: {how}")
 
 
+def cpu_probe_ms() -> float:
+    """Wall time of a fixed pure-Python loop (3M additions): how much CPU this process gets right now on a shared machine."""
+    t = time.perf_counter()
+    total = 0
+    for i in range(3_000_000):
+        total += i
+    return round((time.perf_counter() - t) * 1e3, 1)
+
+
 def hardware() -> dict[str, Any]:
     """CPU model (lscpu), cores, SIMD features that matter for int8, memory."""
     model, flags = platform.processor() or platform.machine(), set()
@@ -127,7 +136,8 @@ def hardware() -> dict[str, Any]:
     except (OSError, StopIteration):
         mem_kb = 0
     return {"cpu_model": model, "cores": os.cpu_count(), "cpu_flags": ", ".join(simd) or "no AVX2", "memory_gb": round(mem_kb / 2**20, 1),
-            "platform": platform.platform(), "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
+            "platform": platform.platform(), "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+            "cpu_probe_ms_at_start": cpu_probe_ms()}
 
 
 def versions() -> dict[str, str]:
@@ -330,6 +340,24 @@ def log_to_mlflow(results: dict[str, Any], out: Path) -> str | None:
 # ------------------------------------------------------------------------------------------
 # main
 # ------------------------------------------------------------------------------------------
+def merge_into(path: Path, new: dict[str, Any], parts: list[str]) -> dict[str, Any]:
+    """The earlier results.json at ``path`` with ``parts`` replaced by this run's, each merged part labelled
+    with when and how it was measured (its numbers are not from the earlier run)."""
+    if not path.is_file():
+        raise FileNotFoundError(f"--merge: {path} does not exist; run the other parts into that folder first")
+    old = json.loads(path.read_text())
+    merged = old.setdefault("meta", {}).setdefault("merged_parts", {})
+    for part in parts:
+        if part in new:
+            old[part] = new[part]
+            old.setdefault("errors", {}).pop(part, None)
+            merged[part] = {"started": new["meta"]["started"], "command": new["meta"]["command"], "seconds": new["timings_s"].get(part),
+                            "load_average_at_start": new["meta"]["hardware"].get("load_average_at_start")}
+        elif part in new.get("errors", {}):
+            old.setdefault("errors", {})[part] = new["errors"][part]
+    return old
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog="\n\n".join(__doc__.split("\n\n")[1:]))
@@ -348,6 +376,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--llm-max-tokens", type=int, default=256, help="new tokens per LLM judgment (the step-by-step reasoning + verdict)")
     ap.add_argument("--no-int8-fallback", action="store_true",
                     help="for an fp32-only bundle, measure fp32 only instead of quantising an int8 copy for the benchmark")
+    ap.add_argument("--merge", action="store_true",
+                    help="add this run's parts to the results.json already in --out (each labelled as measured later) instead of replacing it")
     ap.add_argument("--no-mlflow", action="store_true", help="do not log to the MLflow 'benchmarks' experiment")
     return ap
 
@@ -423,12 +453,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"== {part}: {timings[part]:.1f} s ==", flush=True)
     timings["total"] = time.perf_counter() - t_start
     results["meta"]["hardware"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    results["meta"]["hardware"]["cpu_probe_ms_at_end"] = cpu_probe_ms()
 
     from report import render_markdown
 
     from suffice.training.metrics import json_safe
 
     results = json_safe(results)
+    if args.merge:
+        results = merge_into(out / "results.json", results, parts)
     (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
     (out / "report.md").write_text(render_markdown(results))
     print(f"\nbench: wrote {out / 'report.md'}, {out / 'results.json'} in {timings['total']:.0f} s "
@@ -436,7 +469,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_mlflow:
         run_id = log_to_mlflow(results, out)
         print(f"MLflow run {run_id} (experiment {EXPERIMENT})")
-    if results["errors"]:
+    if results.get("errors"):
         print(f"bench: part(s) failed: {sorted(results['errors'])}", file=sys.stderr)
         return 1
     return 0
