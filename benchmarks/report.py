@@ -251,6 +251,30 @@ def _gate_section(g: Mapping[str, Any]) -> list[str]:
         if f"share_at_{name}" in m:
             out += [f"At the stored `{name}` threshold the gate skips retrieval on {_f(m[f'share_at_{name}'])} of threads with "
                     f"precision {_f(m.get(f'precision_at_{name}'))} and recall {_f(m.get(f'recall_at_{name}'))} for SKIP.", ""]
+    return out + _gate_service_section(g.get("service") or {})
+
+
+def _gate_service_section(sv: Mapping[str, Any]) -> list[str]:
+    """The exported gate as services run it (benchmarks/bench_retrieval_gate.py): goals, latency, examples."""
+    out = ["### The exported gate as a service calls it (`RetrievalGate.decide`)", ""]
+    if not sv:
+        return []
+    if sv.get("not_measured"):
+        return out + [f"Not measured: {sv['not_measured']}", ""]
+    head = sv["headline_precision"]
+    rows = [[k, _f(sv[k]["macro_f1"]), _f(sv[k]["skip_precision"]), _f(sv[k]["skip_rate"]), _f(sv[k]["accuracy"])]
+            for k in ("int8", "fp32", "tfidf_lr") if k in sv]
+    lat = sv["latency_128"]
+    out += [f"{sv['n_test']} held-out threads (trained on {sv['n_train']}); decisions at the stored SKIP threshold "
+            f"{_f(sv[head].get('skip_threshold'))}; TF-IDF + LR at 0.5.", "",
+            _table(["decider", "macro-F1", "SKIP precision", "SKIP rate", "accuracy"], rows), "",
+            f"- `decide()` {head}, ~128-token inputs: p50 {lat['p50_ms']:.2f} ms, p95 {lat['p95_ms']:.2f} ms, p99 {lat['p99_ms']:.2f} ms "
+            f"({lat['n']} calls)",
+            f"- macro-F1 points over TF-IDF + LR: {sv['f1_points_over_tfidf']:+.1f}",
+            "- goals: " + ", ".join(f"{k} {'met' if v else 'MISSED'}" for k, v in sv["goals"].items()), "",
+            _table(["message (fruit-price thread)", "expected", "decision", "P(SKIP)"],
+                   [[a["message"], a["expected"], a["decision"] + ("" if a["ok"] else " (wrong)"),
+                     "-" if a["p_skip"] is None else _f(a["p_skip"])] for a in sv["acceptance"]]), ""]
     return out
 
 

@@ -234,7 +234,24 @@ class Bench:
             return {"not_measured": how}
         result = retrieval_gate(model, self.out)
         result["found"] = how
+        result["service"] = self._gate_service(result)
         return result
+
+    def _gate_service(self, result: dict[str, Any]) -> dict[str, Any]:
+        """bench_retrieval_gate on the exported bundle: ``RetrievalGate.decide`` on whole test threads as a
+        service calls it (int8), SKIP precision / skip rate against the goal, latency at 128 tokens and the
+        issue's acceptance examples."""
+        import bench_retrieval_gate
+
+        from suffice.training import evaluate as ev
+
+        path = Path(result["resolved"])
+        bundle = path if (path / "suffice.json").is_file() else path / "bundle"
+        if not (bundle / "suffice.json").is_file():
+            return {"not_measured": f"{result['model']} has no exported bundle (suffice export --model {path} --out {path / 'bundle'})"}
+        info = ev._model_info(path)
+        cfg, _ = ev._eval_config(info, path, None, [])
+        return bench_retrieval_gate.run(bundle, threads=self.args.threads, cfg=cfg)
 
     def llm(self) -> dict[str, Any]:
         import importlib.util
@@ -307,6 +324,13 @@ def mlflow_metrics(results: dict[str, Any]) -> dict[str, float]:
     g = results.get("gate") or {}
     for name, table in (g.get("tables") or {}).items():
         m.update(flat_metrics({"overall": {k: x for k, x in table["overall"].items() if k in ("accuracy", "macro_f1", "auroc", "ece")}}, f"gate_{name}"))
+    sv = g.get("service") or {}
+    if sv.get("headline_precision"):
+        head = sv["headline_precision"]
+        for k in ("macro_f1", "skip_precision", "skip_rate"):
+            m[f"gate_service_{head}_{k}"] = sv[head][k]
+        m["gate_service_p50_128_ms"] = sv["latency_128"]["p50_ms"]
+        m["gate_service_f1_points_over_tfidf"] = sv["f1_points_over_tfidf"]
     llm = results.get("llm") or {}
     if llm.get("speed_ratio_llm_over_student"):
         m["llm_seconds_per_judgment"] = llm["llm_seconds_per_judgment"]["mean"]

@@ -62,7 +62,8 @@ def _tiny_model_dir(out: Path, task: str, max_length: int, config_overrides: lis
 
 
 def build_smoke_models(root: Path) -> dict[str, Path]:
-    """A tiny sufficiency model directory + its exported bundle, and a tiny retrieval-gate model directory."""
+    """A tiny sufficiency model directory + its exported bundle, and a tiny retrieval-gate model directory
+    (with its fp32 bundle under ``bundle/``, for the service-path part of the gate benchmark)."""
     from suffice.training.export import export_bundle
 
     model_dir = _tiny_model_dir(root / "model", "sufficiency", 128, [f"--train_file={SMOKE_ITEMS}", "--per_device_train_batch_size=4"])
@@ -71,6 +72,7 @@ def build_smoke_models(root: Path) -> dict[str, Path]:
     bundle = export_bundle(model_dir, root / "model" / "bundle", overwrite=True, quantize=False)
     threads = write_smoke_threads(root / "gate-threads.jsonl")
     gate_dir = _tiny_model_dir(root / "gate-model", "retrieval_gate", 64, [f"--gate.path={threads}"])
+    export_bundle(gate_dir, gate_dir / "bundle", overwrite=True, quantize=False)
     return {"model_dir": model_dir, "bundle": bundle, "gate_model_dir": gate_dir}
 
 
