@@ -225,3 +225,53 @@ def test_real_minilm_overfits_a_dozen_items(minilm_dir, tmp_path):
     first, last = summary["history"][0], summary["history"][-1]
     assert last["loss"] < 0.3 < first["loss"], (first["loss"], last["loss"])
     assert last["accuracy"] == 1.0
+
+
+def test_find_answer_span_looks_only_inside_the_context():
+    from suffice.training.train import find_answer_span
+
+    ids, types = [101, 7, 8, 102, 5, 7, 8, 9, 102], [0, 0, 0, 0, 1, 1, 1, 1, 1]
+    assert find_answer_span(ids, types, [[7, 8]]) == (5, 6)  # not the (7, 8) inside the question
+    assert find_answer_span(ids, types, [[4], [9]]) == (7, 7)  # the first answer that is in the window
+    assert find_answer_span(ids, types, [[4], []]) == (-1, -1)
+    assert find_answer_span([101, 7, 102], [0, 0, 0], [[7]]) == (-1, -1)  # no context segment
+
+
+def test_answer_span_head_trains_with_the_classifier_and_is_not_saved(tiny_bert, tmp_path, capsys):
+    """answer_span_weight > 0: span targets are built from the rows' gold answers (answer tokens for
+    sufficient rows, [CLS] for insufficient ones), the auxiliary loss trains, and the saved model
+    is the plain classifier that export and serving read."""
+    import torch
+    from safetensors.torch import load_file
+
+    from suffice.training.train import answer_lookup, encode_split, load_splits
+    from suffice.serving.packing import ContextPacker
+    from suffice.training.model import load_tokenizer
+
+    cfg = tiny_config(tiny_bert, tmp_path / "m", "--answer_span_weight=0.5", "--tracking.enabled=false", "--evaluate_test=false",
+                      "--num_train_epochs=1")
+    splits = load_splits(cfg)
+    answers = answer_lookup(cfg, splits.train)
+    assert answers["fixture:00"] == ["1911"]
+    packer = ContextPacker(load_tokenizer(tiny_bert), max_length=64, strategy="select")
+    enc = encode_split(splits.train, packer, cfg, "h", answers)
+    by_id = dict(zip(splits.train["id"], range(len(splits.train))))
+    row = enc[by_id["fixture:00"]]
+    s, e = row["span_start"], row["span_end"]
+    assert 0 < s <= e and packer.tokenizer.decode(row["input_ids"][s:e + 1]) == "1911"
+    assert all(st == 0 for st, lab in zip(enc["span_start"], splits.train["label"]) if lab == 0)  # [CLS] = no answer
+
+    summary = run(cfg)
+    assert "answer-span head (weight 0.5)" in capsys.readouterr().out
+    saved = load_file(str(tmp_path / "m" / "model.safetensors"))
+    assert not any("span" in k for k in saved)
+    assert summary["history"][-1]["loss"] > 0 and torch.isfinite(torch.tensor(summary["history"][-1]["loss"]))
+
+
+def test_answer_span_weight_is_checked():
+    from suffice.training.config import ConfigError
+
+    with pytest.raises(ConfigError, match="answer_span_weight=-1"):
+        build_train_config(None, [f"--train_file={FIXTURE}", "--answer_span_weight=-1"])
+    with pytest.raises(ConfigError, match="only the sufficiency task"):
+        build_train_config(None, ["--task=retrieval_gate", "--long_context_strategy=recent", "--answer_span_weight=1"])

@@ -34,7 +34,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -219,14 +219,65 @@ def _subsample(ds, n: int, seed: int):
     return ds.shuffle(seed=seed).select(range(n))
 
 
-def encode_split(ds, packer, cfg: TrainConfig, tokenizer_hash: str):
+def answer_lookup(cfg: TrainConfig, ds=None) -> dict[str, list[str]]:
+    """``id -> gold answer strings`` for the answer-span head: the rows' own ``answers`` column (JSONL
+    inputs), the shared items (``gold.answers``) and the teacher-written synthetic questions (``answer``)."""
+    from suffice.training.baselines import load_gold_answers
+    from suffice.training.paths import data_dir
+
+    d = data_dir(required=False)
+    out: dict[str, list[str]] = {}
+    if ds is not None and "answers" in ds.column_names:
+        out.update({str(i): [str(a) for a in (ans or [])] for i, ans in zip(ds["id"], ds["answers"]) if ans})
+    if d is not None and (d / "items.jsonl").is_file():
+        out.update(load_gold_answers(d / "items.jsonl"))
+    synth = (cfg.data or {}).get("synthetic_path") or (d / "synthetic" / "squad2-questions.jsonl" if d is not None else None)
+    if synth and Path(synth).is_file():
+        with open(synth, encoding="utf-8") as f:
+            for line in f:
+                if line.strip():
+                    obj = json.loads(line)
+                    if obj.get("answer"):
+                        out[str(obj["id"])] = [str(obj["answer"])]
+    return out
+
+
+def find_answer_span(input_ids: Sequence[int], token_type_ids: Sequence[int], answer_ids: Sequence[Sequence[int]]) -> tuple[int, int]:
+    """(start, end) token positions of the first answer found inside the packed context (segment 1),
+    or (-1, -1) when none of the answers is in the window.
+
+    >>> find_answer_span([101, 7, 102, 5, 6, 7, 8, 102], [0, 0, 0, 1, 1, 1, 1, 1], [[9], [6, 7]])
+    (4, 5)
+    """
+    ctx = [i for i, t in enumerate(token_type_ids) if t == 1]
+    if not ctx:
+        return -1, -1
+    lo, hi = ctx[0], ctx[-1]  # the context run ends with its [SEP]
+    for ans in answer_ids:
+        n = len(ans)
+        if n == 0:
+            continue
+        first = ans[0]
+        for s in range(lo, hi - n + 1):
+            if input_ids[s] == first and list(input_ids[s:s + n]) == list(ans):
+                return s, s + n - 1
+    return -1, -1
+
+
+def encode_split(ds, packer, cfg: TrainConfig, tokenizer_hash: str, answers: Mapping[str, list[str]] | None = None):
     """Pack every (question, passages) row with the ContextPacker; add labels and lengths, keep the
-    labelled rows, and number them (``row``)."""
+    labelled rows, and number them (``row``).
+
+    With ``answers`` (``id -> answer strings``; see :func:`answer_lookup`) each row also gets the
+    answer-span targets ``span_start`` / ``span_end``: the answer's token positions in the packed
+    context for a sufficient item whose answer is in the window, 0 / 0 ([CLS], "no answer") for an
+    insufficient one, -1 / -1 (no span loss) otherwise."""
     from suffice.serving.packing import QuestionTooLongError
 
     def encode(batch):
-        ids, types, totals, kept = [], [], [], []
-        for rid, q, ps in zip(batch["id"], batch["question"], batch["passages"]):
+        ids, types, totals, kept, starts, ends = [], [], [], [], [], []
+        parents = batch.get("parent_id") or [""] * len(batch["id"])
+        for rid, parent, q, ps, label in zip(batch["id"], parents, batch["question"], batch["passages"], batch["label"]):
             try:
                 p = packer.pack(q, ps)
             except QuestionTooLongError as e:
@@ -235,11 +286,26 @@ def encode_split(ds, packer, cfg: TrainConfig, tokenizer_hash: str):
             types.append(p.token_type_ids)
             totals.append(p.context_tokens_total)
             kept.append(p.context_tokens_kept)
-        return {"input_ids": ids, "token_type_ids": types, "length": [len(x) for x in ids], "labels": scheme_labels(batch, cfg.label_scheme),
-                "context_tokens_total": totals, "context_tokens_kept": kept}
+            if answers is not None:
+                if label == 0:
+                    span = (0, 0)
+                elif label == 1:
+                    strings = answers.get(rid) or (answers.get(parent) if parent else None) or []
+                    span = find_answer_span(p.input_ids, p.token_type_ids, packer._encode_many([a for a in strings if a.strip()]))
+                else:
+                    span = (-1, -1)
+                starts.append(span[0])
+                ends.append(span[1])
+        out = {"input_ids": ids, "token_type_ids": types, "length": [len(x) for x in ids], "labels": scheme_labels(batch, cfg.label_scheme),
+               "context_tokens_total": totals, "context_tokens_kept": kept}
+        if answers is not None:
+            out |= {"span_start": starts, "span_end": ends}
+        return out
 
     # an explicit fingerprint: the packer is not hashable, and the cache must change with the window
     key = f"{ds._fingerprint}|{tokenizer_hash}|{cfg.max_length}|{cfg.long_context_strategy}|{cfg.label_scheme}|v1"
+    if answers is not None:
+        key += "|spans-" + hashlib.sha256(json.dumps(sorted(answers.items())).encode()).hexdigest()[:12]
     fp = hashlib.sha256(key.encode()).hexdigest()[:16]
     ds = ds.map(encode, batched=True, batch_size=256, new_fingerprint=fp, desc="packing")
     # unlabelled rows (no level for three_level, say) stay out of the loss and the metrics
@@ -313,9 +379,13 @@ def make_collate(pad_id: int):
             ids[i, :L] = torch.tensor(r["input_ids"], dtype=torch.long)
             types[i, :L] = torch.tensor(r["token_type_ids"], dtype=torch.long)
             mask[i, :L] = 1
-        return {"input_ids": ids, "token_type_ids": types, "attention_mask": mask,
-                "labels": torch.tensor([r["labels"] for r in rows], dtype=torch.long),
-                "row": torch.tensor([r["row"] for r in rows], dtype=torch.long)}
+        out = {"input_ids": ids, "token_type_ids": types, "attention_mask": mask,
+               "labels": torch.tensor([r["labels"] for r in rows], dtype=torch.long),
+               "row": torch.tensor([r["row"] for r in rows], dtype=torch.long)}
+        if "span_start" in rows[0]:
+            out["span_start"] = torch.tensor([r["span_start"] for r in rows], dtype=torch.long)
+            out["span_end"] = torch.tensor([r["span_end"] for r in rows], dtype=torch.long)
+        return out
 
     return collate
 
@@ -338,6 +408,7 @@ def get_dataloaders(accelerator, cfg: TrainConfig, splits: Splits, packer, token
     from torch.utils.data import DataLoader
 
     encoded: dict[str, Any] = {}
+    answers = answer_lookup(cfg, splits.train) if cfg.answer_span_weight > 0 else None
     with accelerator.main_process_first():
         for name in ("train", "validation", "test"):
             ds = splits[name]
@@ -345,7 +416,7 @@ def get_dataloaders(accelerator, cfg: TrainConfig, splits: Splits, packer, token
                 encoded[name] = None
                 continue
             ds = _subsample(ds, cfg.max_train_items if name == "train" else cfg.max_eval_items, cfg.seed)
-            encoded[name] = encode_split(ds, packer, cfg, tokenizer_hash)
+            encoded[name] = encode_split(ds, packer, cfg, tokenizer_hash, answers if name == "train" else None)
     for name in ("train", "validation"):
         if len(encoded[name]) == 0:
             raise ConfigError(f"the {name} split has no labelled items for label_scheme={cfg.label_scheme!r}")
@@ -353,7 +424,7 @@ def get_dataloaders(accelerator, cfg: TrainConfig, splits: Splits, packer, token
     if len(present) < 2:
         raise ConfigError(f"the train split holds only class(es) {sorted(present)}: a classifier needs at least two")
     pad_id = packer.pad_id
-    train_view = encoded["train"].select_columns(list(EVAL_COLUMNS))
+    train_view = encoded["train"].select_columns(list(EVAL_COLUMNS) + (["span_start", "span_end"] if answers is not None else []))
     sampler = LengthGroupedSampler(encoded["train"]["length"], cfg.per_device_train_batch_size, cfg.seed, cfg.length_grouping)
     train_dl = DataLoader(train_view, batch_size=cfg.per_device_train_batch_size, sampler=sampler, collate_fn=make_collate(pad_id))
     val_dl = eval_dataloader(encoded["validation"], cfg.per_device_eval_batch_size, pad_id)
@@ -480,9 +551,26 @@ def validation_metrics(accelerator, model, val_dl, val_ds, cfg: TrainConfig, wei
     return keep, logits
 
 
+def span_loss(span_head, hidden, attention_mask, start, end):
+    """Cross-entropy of the answer-span head's start and end logits over the unpadded positions, on
+    the rows that have a target (``start >= 0``); None when no row of the batch has one."""
+    import torch
+    import torch.nn.functional as F
+
+    keep = start >= 0
+    if not bool(keep.any()):
+        return None
+    logits = span_head(hidden[keep]).float()  # (n, L, 2)
+    logits = logits.masked_fill(attention_mask[keep].unsqueeze(-1) == 0, torch.finfo(logits.dtype).min)
+    return 0.5 * (F.cross_entropy(logits[..., 0], start[keep]) + F.cross_entropy(logits[..., 1], end[keep]))
+
+
 def train(cfg: TrainConfig, accelerator, model, optimizer, scheduler, train_dl, val_dl, val_ds, weights, state: TrainState,
-          checkpoints: Checkpoints, tracker, total_steps: int, num_epochs: int) -> tuple[TrainState, np.ndarray | None]:
+          checkpoints: Checkpoints, tracker, total_steps: int, num_epochs: int, span_head=None) -> tuple[TrainState, np.ndarray | None]:
     """The loop: accumulate, step, log; validate each epoch; keep the best weights; early-stop; checkpoint.
+
+    ``span_head`` (``cfg.answer_span_weight > 0``): the auxiliary answer-span layer, whose loss on the
+    last hidden states is added to the classification loss.
 
     Returns the final state and the best epoch's validation logits (None if that epoch ran
     before a resume), which temperature scaling then uses without another pass.
@@ -507,8 +595,15 @@ def train(cfg: TrainConfig, accelerator, model, optimizer, scheduler, train_dl, 
         run_loss, run_n, seen, t0 = 0.0, 0, 0, time.perf_counter()
         for batch in loader:
             with accelerator.accumulate(model):
-                out = model(input_ids=batch["input_ids"], token_type_ids=batch["token_type_ids"], attention_mask=batch["attention_mask"])
+                out = model(input_ids=batch["input_ids"], token_type_ids=batch["token_type_ids"], attention_mask=batch["attention_mask"],
+                            output_hidden_states=span_head is not None)
                 loss = F.cross_entropy(out.logits.float(), batch["labels"], weight=weight_t)
+                if span_head is not None:
+                    aux = span_loss(span_head, out.hidden_states[-1], batch["attention_mask"], batch["span_start"], batch["span_end"])
+                    if aux is not None:
+                        loss = loss + cfg.answer_span_weight * aux
+                    else:  # keep the head in the graph: DDP expects a gradient for every parameter
+                        loss = loss + 0.0 * sum(p.sum() for p in span_head.parameters())
                 accelerator.backward(loss)
                 if accelerator.sync_gradients and cfg.max_grad_norm > 0:
                     accelerator.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
@@ -671,8 +766,28 @@ def _describe(cfg: TrainConfig, accelerator, run_name: str, out_dir: Path, encod
         f"  trainable parameters {n_trainable:,} of {n_total:,} ({n_trainable / n_total:.1%}); lr {cfg.learning_rate:g}, "
         f"head lr {cfg.resolved_head_learning_rate():g}\n"
         f"  output {out_dir}"
+        + (_span_line(encoded["train"], cfg) if cfg.answer_span_weight > 0 else "")
     )
-    return {"stats": stats, "counts": counts}
+    return {"stats": stats, "counts": counts, "span": span_coverage(encoded["train"])}
+
+
+def span_coverage(ds) -> dict[str, float]:
+    """How many train rows the answer-span head learns from: answer spans found in the window, [CLS]
+    targets (insufficient rows), and sufficient rows without a usable answer."""
+    if ds is None or "span_start" not in ds.column_names or len(ds) == 0:
+        return {}
+    start, labels = np.asarray(ds["span_start"]), np.asarray(ds["labels"])
+    sufficient = labels == (labels.max() if labels.size else 1)
+    return {"span_rows_answer": int((start > 0).sum()), "span_rows_no_answer": int((start == 0).sum()),
+            "span_rows_none": int((start < 0).sum()),
+            "span_answer_found_share_of_sufficient": float((start[sufficient] > 0).mean()) if sufficient.any() else 0.0}
+
+
+def _span_line(ds, cfg: TrainConfig) -> str:
+    c = span_coverage(ds)
+    return (f"\n  answer-span head (weight {cfg.answer_span_weight:g}): {c['span_rows_answer']} rows with the answer in the window "
+            f"({c['span_answer_found_share_of_sufficient']:.0%} of sufficient rows), {c['span_rows_no_answer']} [CLS] targets, "
+            f"{c['span_rows_none']} without a span target")
 
 
 def _start_tracking(cfg: TrainConfig, accelerator, tracker, state: TrainState, splits: Splits, derived: dict[str, Any],
@@ -694,7 +809,8 @@ def _start_tracking(cfg: TrainConfig, accelerator, tracker, state: TrainState, s
                         "effective_batch_size": cfg.effective_batch_size(accelerator.num_processes),
                         "total_steps": total_steps, "trainable_parameters": n_trainable,
                         **{f"items_{k}": v for k, v in derived["counts"].items()}})
-    tracker.log_metrics({f"data_{s}_{k}": v for s, m in derived["stats"].items() for k, v in m.items()}, step=0)
+    tracker.log_metrics({f"data_{s}_{k}": v for s, m in derived["stats"].items() for k, v in m.items()}
+                        | {f"data_train_{k}": v for k, v in derived.get("span", {}).items()}, step=0)
     tracker.log_text(dump_yaml(cfg), "resolved_config.yaml")
     if splits.manifest:
         tracker.log_text(json.dumps(splits.manifest, indent=2, default=str), "data_manifest.json")
@@ -784,13 +900,21 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
                         lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout, target_modules=cfg.lora.target_modules,
                         modules_to_save=cfg.lora.modules_to_save, freeze_layers=cfg.freeze_layers)
     n_params = trainable_parameters(model)
-    optimizer = torch.optim.AdamW(optimizer_groups(model, cfg.learning_rate, cfg.resolved_head_learning_rate(), cfg.weight_decay))
+    groups = optimizer_groups(model, cfg.learning_rate, cfg.resolved_head_learning_rate(), cfg.weight_decay)
+    span_head = None
+    if cfg.answer_span_weight > 0:  # training-only: not part of the saved model (see TrainConfig.answer_span_weight)
+        span_head = torch.nn.Linear(model.config.hidden_size, 2)
+        groups.append({"params": list(span_head.parameters()), "lr": cfg.resolved_head_learning_rate(), "weight_decay": 0.0,
+                       "name": "answer-span-head"})
+    optimizer = torch.optim.AdamW(groups)
     # the schedule counts steps on the unsharded loader: accelerate steps it once per process
     sched_total = (cfg.max_steps * accelerator.num_processes if cfg.max_steps
                    else math.ceil(len(train_dl) / cfg.gradient_accumulation_steps) * cfg.num_train_epochs)
     scheduler = get_scheduler(cfg.lr_scheduler if cfg.lr_scheduler != "constant" else "constant_with_warmup", optimizer,
                               num_warmup_steps=int(cfg.warmup_ratio * sched_total), num_training_steps=sched_total)
     model, optimizer, train_dl, val_dl, scheduler = accelerator.prepare(model, optimizer, train_dl, val_dl, scheduler)
+    if span_head is not None:
+        span_head = accelerator.prepare(span_head)
     test_dl = accelerator.prepare(test_dl) if test_dl is not None else None
     steps_per_epoch = math.ceil(len(train_dl) / cfg.gradient_accumulation_steps)
     total_steps = cfg.max_steps or steps_per_epoch * cfg.num_train_epochs
@@ -810,7 +934,7 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
         # -- train, then go back to the best epoch ----------------------------------------------
         train_t0 = time.perf_counter()
         state, val_logits = train(cfg, accelerator, model, optimizer, scheduler, train_dl, val_dl, encoded["validation"], weights,
-                                  state, checkpoints, tracker, total_steps, num_epochs)
+                                  state, checkpoints, tracker, total_steps, num_epochs, span_head=span_head)
         train_seconds = time.perf_counter() - train_t0
         accelerator.wait_for_everyone()
         if checkpoints.best_path.is_file():

@@ -175,6 +175,12 @@ class TrainConfig:
         epoch; training stops after ``patience`` epochs without improvement and the best
         epoch's weights are kept (patience 0 = never stop early, still keep the best).
     freeze_layers: full fine-tuning only: freeze the embeddings and the lowest N encoder layers.
+    answer_span_weight: > 0 adds an auxiliary answer-span head during training (sufficiency only):
+        a linear start/end layer over the encoder's last hidden states, trained, as extractive QA
+        models are, to point at the gold answer in the packed context for sufficient items and at
+        [CLS] ("no answer") for insufficient ones; its loss is added with this weight. Items whose
+        answer string is unknown or not in the window train the classifier only. The head is
+        dropped when the model is saved: export and serving are unchanged.
     length_grouping: batch examples of similar length together (shuffled mega-batches sorted
         by length) so dynamic padding wastes little; ``false`` = plain shuffling.
     checkpoint_every_steps: also ``save_state`` every N optimiser steps (0 = once per epoch).
@@ -225,6 +231,7 @@ class TrainConfig:
     early_stopping_metric: Literal["macro_f1", "auroc", "loss"] = "macro_f1"
     early_stopping_patience: int = 2
     freeze_layers: int = 0
+    answer_span_weight: float = 0.0
     length_grouping: bool = True
     checkpoint_every_steps: int = 0
     checkpoints_total_limit: int = 2
@@ -269,6 +276,13 @@ class TrainConfig:
             )
         if self.early_stopping_patience < 0:
             raise ConfigError(f"early_stopping_patience={self.early_stopping_patience} must be >= 0 (0 = never stop early)")
+        if self.answer_span_weight < 0:
+            raise ConfigError(f"answer_span_weight={self.answer_span_weight} must be >= 0 (0 = no answer-span head)")
+        if self.answer_span_weight and self.task != "sufficiency":
+            raise ConfigError(
+                f"answer_span_weight={self.answer_span_weight} with task={self.task!r}: the answer-span head needs answers "
+                "in a context, which only the sufficiency task has; use --answer_span_weight=0"
+            )
         if self.freeze_layers < 0:
             raise ConfigError(f"freeze_layers={self.freeze_layers} must be >= 0")
         if self.freeze_layers and self.finetune == "lora":
