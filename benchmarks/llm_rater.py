@@ -184,12 +184,54 @@ def sample_indices(sources: Sequence[str], per_source: int, seed: int = 0) -> li
     return sorted(int(i) for i in out)
 
 
-def llm_rater(es, per_source: int, max_tokens: int, threads: int = 2, judge: Any = None) -> dict[str, Any]:
+class JudgmentLog:
+    """Every LLM judgment appended to a JSONL file as soon as it is made, so a long run that is killed
+    (or a session that ends) resumes where it stopped: a later run with the same model (sha256),
+    prompt version and ``max_tokens`` reuses the logged judgments, wall seconds included, and only
+    judges the items still missing. A torn last line (killed mid-write) is ignored.
+
+    >>> log = JudgmentLog(Path("benchmarks/results/2026-11-25/llm_judgments.jsonl"), key={"gguf_sha256": "cc32...", ...})  # doctest: +SKIP
+    """
+
+    def __init__(self, path: Path | None, key: dict[str, Any]):
+        import json
+
+        self.path, self.key = path, dict(key)
+        self.done: dict[str, Judgment] = {}
+        if path is None or not path.is_file():
+            return
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if all(rec.get(k) == v for k, v in self.key.items()):
+                self.done[str(rec["id"])] = Judgment(rec["label"], float(rec["seconds"]), int(rec["prompt_tokens"]),
+                                                     int(rec["completion_tokens"]), rec.get("error"))
+
+    def add(self, item_id: str, j: Judgment) -> None:
+        import json
+
+        self.done[item_id] = j
+        if self.path is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        rec = {"id": item_id, **self.key, "label": j.label, "seconds": j.seconds, "prompt_tokens": j.prompt_tokens,
+               "completion_tokens": j.completion_tokens, "error": j.error, "load_average": list(os.getloadavg()), "at": time.time()}
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(rec) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def llm_rater(es, per_source: int, max_tokens: int, threads: int = 2, judge: Any = None, log_path: Path | None = None) -> dict[str, Any]:
     """Seconds per judgment of the local LLM and of the int8 student on the same sample of test items,
     and both models' agreement with the autorater labels and with gold on that sample.
 
     ``judge``: anything with ``judge(question, passages) -> Judgment``, ``n_ctx`` and ``prompt``;
     default: :class:`LlamaJudge` on the verified GGUF (assembled on first use).
+    ``log_path``: the :class:`JudgmentLog` file; judgments already there (same model, prompt and
+    ``max_tokens``) are reused instead of judged again.
     """
     import numpy as np
 
@@ -208,14 +250,21 @@ def llm_rater(es, per_source: int, max_tokens: int, threads: int = 2, judge: Any
     load_seconds = time.perf_counter() - t0
     idx = sample_indices(es.test["source"], per_source)
     sub = es.test.select(idx)
-    questions, passages, sources = list(sub["question"]), list(sub["passages"]), list(sub["source"])
+    questions, passages, sources, ids = list(sub["question"]), list(sub["passages"]), list(sub["source"]), list(sub["id"])
+    log = JudgmentLog(log_path, {"gguf_sha256": sha or type(judge).__name__, "prompt_version": judge.prompt.version,
+                                 "max_tokens": max_tokens, "threads": threads})
+    reused = sum(1 for i in ids if i in log.done)
+    if reused:
+        print(f"llm: {reused} of {len(ids)} judgments reused from {log_path}", flush=True)
     precision = es.student_precisions[0]
     scorer = SufficiencyScorer.load(es.bundle, ScorerConfig(precision=precision, intra_op_threads=threads))
     scorer.score(questions[0], passages[0])  # warm-up
     # item by item, the LLM and then the student, so that both see the same load on a shared machine
     judgments, student_s, student_label = [], [], []
     for i, (q, p) in enumerate(zip(questions, passages), 1):
-        judgments.append(judge.judge(q, p))
+        if ids[i - 1] not in log.done:
+            log.add(ids[i - 1], judge.judge(q, p))
+        judgments.append(log.done[ids[i - 1]])
         t = time.perf_counter()
         r = scorer.score(q, p)
         student_s.append(time.perf_counter() - t)
@@ -257,7 +306,8 @@ def llm_rater(es, per_source: int, max_tokens: int, threads: int = 2, judge: Any
         "gguf": str(path) if path else None, "gguf_sha256": sha, "gguf_bytes": path.stat().st_size if path else None,
         "runtime": f"llama-cpp-python {_llama_version()}, {threads} threads, n_ctx {judge.n_ctx}",
         "prompt_version": judge.prompt.version, "max_tokens": max_tokens, "per_source": table,
-        "sample": {"per_source": per_source_n(sources), "ids": list(sub["id"])},
+        "sample": {"per_source": per_source_n(sources), "ids": ids},
+        "judgments_reused_from_log": reused, "judgment_log": str(log_path) if log_path else None,
         "assemble_verify_seconds": assemble_seconds, "load_seconds": load_seconds,
         "llm_seconds_per_judgment": {"mean": float(llm_sec.mean()), "p50": float(np.percentile(llm_sec, 50)),
                                      "p95": float(np.percentile(llm_sec, 95))},

@@ -260,7 +260,9 @@ class Bench:
             return {"not_measured": "llama-cpp-python is not installed (pip install 'suffice[llm]'; it builds llama.cpp, ~5 min on 2 cores)"}
         from llm_rater import llm_rater
 
-        return llm_rater(self.eval_set, per_source=self.args.llm_per_source, max_tokens=self.args.llm_max_tokens, threads=self.args.threads)
+        # judgments are logged as they are made: a killed run resumes (same --out) without judging again
+        return llm_rater(self.eval_set, per_source=self.args.llm_per_source, max_tokens=self.args.llm_max_tokens, threads=self.args.threads,
+                         log_path=self.out / "llm_judgments.jsonl")
 
 
 def _pad_id(bundle: Path) -> int:

@@ -112,3 +112,26 @@ def test_llm_model_is_assembled_from_part_wheels_and_refused_unless_it_matches_t
     path.write_bytes(b"XXXX" + whole[4:])
     with pytest.raises(llm_rater.ModelIntegrityError, match="magic"):
         llm_rater.verify_gguf(path, sha, len(whole))
+
+
+def test_llm_judgment_log_resumes_and_ignores_other_settings_and_torn_lines(tmp_path):
+    """A killed LLM run loses nothing: judgments are appended as they are made and reused by a later
+    run with the same model, prompt and max_tokens (and only by such a run)."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import llm_rater
+    finally:
+        sys.path.pop(0)
+    path = tmp_path / "llm_judgments.jsonl"
+    key = {"gguf_sha256": "abc", "prompt_version": "binary-1", "max_tokens": 256, "threads": 2}
+    log = llm_rater.JudgmentLog(path, key)
+    log.add("squad2:1", llm_rater.Judgment(1, 12.5, 400, 120))
+    log.add("qed:2", llm_rater.Judgment(None, 30.0, 500, 256, "no verdict"))
+    with open(path, "a") as f:
+        f.write('{"id": "squad2:3", "gguf_sha256": "abc", "lab')  # killed mid-write
+    again = llm_rater.JudgmentLog(path, key)
+    assert set(again.done) == {"squad2:1", "qed:2"}
+    assert again.done["squad2:1"] == llm_rater.Judgment(1, 12.5, 400, 120)
+    assert again.done["qed:2"].error == "no verdict"
+    assert llm_rater.JudgmentLog(path, {**key, "max_tokens": 128}).done == {}  # other settings: judged again
+    assert llm_rater.JudgmentLog(None, key).done == {}
