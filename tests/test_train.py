@@ -275,3 +275,22 @@ def test_answer_span_weight_is_checked():
         build_train_config(None, [f"--train_file={FIXTURE}", "--answer_span_weight=-1"])
     with pytest.raises(ConfigError, match="only the sufficiency task"):
         build_train_config(None, ["--task=retrieval_gate", "--long_context_strategy=recent", "--answer_span_weight=1"])
+
+
+def test_encoder_layers_keeps_the_lowest_layers(tiny_bert, tmp_path):
+    """encoder_layers=N trains and saves an N-layer model whose kept layers start from the base weights."""
+    from safetensors.torch import load_file
+    from transformers import AutoConfig
+
+    from suffice.training.model import build_model
+
+    base = load_file(str(tiny_bert / "model.safetensors"))
+    m = build_model(tiny_bert, num_labels=2, id2label={0: "no", 1: "yes"}, finetune="full", encoder_layers=1)
+    assert m.config.num_hidden_layers == 1 and len(m.bert.encoder.layer) == 1
+    key = next(k for k in base if "encoder.layer.0.attention.self.query.weight" in k)
+    assert np.allclose(m.state_dict()["bert.encoder.layer.0.attention.self.query.weight"].numpy(), base[key].numpy())
+    with pytest.raises(ValueError, match="encoder_layers=9"):
+        build_model(tiny_bert, num_labels=2, id2label={0: "no", 1: "yes"}, encoder_layers=9)
+    run(tiny_config(tiny_bert, tmp_path / "m", "--encoder_layers=1", "--tracking.enabled=false", "--evaluate_test=false",
+                    "--num_train_epochs=1"))
+    assert AutoConfig.from_pretrained(tmp_path / "m").num_hidden_layers == 1

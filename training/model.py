@@ -63,10 +63,12 @@ def build_model(
     target_modules: Sequence[str] = ("query", "key", "value", "attention.output.dense", "intermediate.dense", "output.dense"),
     modules_to_save: Sequence[str] = HEAD_MODULES,
     freeze_layers: int = 0,
+    encoder_layers: int = 0,
 ):
     """Base encoder + fresh classification head, wrapped with LoRA adapters when ``finetune='lora'``.
 
-    ``base_model`` is a short name, a local directory or (online) a hub id.
+    ``base_model`` is a short name, a local directory or (online) a hub id. ``encoder_layers`` > 0
+    keeps only the lowest N transformer layers (a shallower, faster model; 0 = all).
 
     >>> m = build_model(tiny_dir, num_labels=2, id2label={0: "no", 1: "yes"}, lora_r=4)  # doctest: +SKIP
     >>> trainable_parameters(m)[0] < trainable_parameters(m)[1]  # doctest: +SKIP
@@ -79,9 +81,17 @@ def build_model(
     id2label = {int(k): str(v) for k, v in id2label.items()}
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # "classifier weights newly initialized" is the point, not news
+    extra = {}
+    if encoder_layers:
+        from transformers import AutoConfig
+
+        have = AutoConfig.from_pretrained(src).num_hidden_layers
+        if encoder_layers > have:
+            raise ValueError(f"encoder_layers={encoder_layers} but {src} has {have} layers: choose 1..{have} (0 = all)")
+        extra["num_hidden_layers"] = encoder_layers  # the lowest N layers' weights load; the rest are dropped
     try:
         model = AutoModelForSequenceClassification.from_pretrained(
-            src, num_labels=num_labels, id2label=id2label, label2id={v: k for k, v in id2label.items()},
+            src, num_labels=num_labels, id2label=id2label, label2id={v: k for k, v in id2label.items()}, **extra,
         )
     finally:
         hf_logging.set_verbosity(verbosity)

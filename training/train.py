@@ -898,7 +898,8 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
     # -- model, optimiser, schedule -----------------------------------------------------------------
     model = build_model(base_dir, num_labels=cfg.num_labels, id2label=cfg.id2label, finetune=cfg.finetune, lora_r=cfg.lora.r,
                         lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout, target_modules=cfg.lora.target_modules,
-                        modules_to_save=cfg.lora.modules_to_save, freeze_layers=cfg.freeze_layers)
+                        modules_to_save=cfg.lora.modules_to_save, freeze_layers=cfg.freeze_layers,
+                        encoder_layers=cfg.encoder_layers)
     n_params = trainable_parameters(model)
     groups = optimizer_groups(model, cfg.learning_rate, cfg.resolved_head_learning_rate(), cfg.weight_decay)
     span_head = None

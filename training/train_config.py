@@ -175,6 +175,9 @@ class TrainConfig:
         epoch; training stops after ``patience`` epochs without improvement and the best
         epoch's weights are kept (patience 0 = never stop early, still keep the best).
     freeze_layers: full fine-tuning only: freeze the embeddings and the lowest N encoder layers.
+    encoder_layers: keep only the lowest N transformer layers of the base encoder (0 = all): a
+        shallower model is proportionally faster to train and to serve; the exported bundle
+        simply has fewer layers. For tasks a few layers solve (the retrieval gate).
     answer_span_weight: > 0 adds an auxiliary answer-span head during training (sufficiency only):
         a linear start/end layer over the encoder's last hidden states, trained, as extractive QA
         models are, to point at the gold answer in the packed context for sufficient items and at
@@ -231,6 +234,7 @@ class TrainConfig:
     early_stopping_metric: Literal["macro_f1", "auroc", "loss"] = "macro_f1"
     early_stopping_patience: int = 2
     freeze_layers: int = 0
+    encoder_layers: int = 0
     answer_span_weight: float = 0.0
     length_grouping: bool = True
     checkpoint_every_steps: int = 0
@@ -283,6 +287,10 @@ class TrainConfig:
                 f"answer_span_weight={self.answer_span_weight} with task={self.task!r}: the answer-span head needs answers "
                 "in a context, which only the sufficiency task has; use --answer_span_weight=0"
             )
+        if self.encoder_layers < 0:
+            raise ConfigError(f"encoder_layers={self.encoder_layers} must be >= 0 (0 = every layer of the base encoder)")
+        if self.freeze_layers and self.encoder_layers and self.freeze_layers > self.encoder_layers:
+            raise ConfigError(f"freeze_layers={self.freeze_layers} > encoder_layers={self.encoder_layers}: freeze at most the layers kept")
         if self.freeze_layers < 0:
             raise ConfigError(f"freeze_layers={self.freeze_layers} must be >= 0")
         if self.freeze_layers and self.finetune == "lora":
