@@ -252,10 +252,14 @@ def test_shutdown_drains_in_flight_requests(gateway, llm):
 
     t = threading.Thread(target=call)
     t.start()
-    deadline = time.monotonic() + 5
-    while llm.in_flight == 0 and time.monotonic() < deadline:
+    # wait for *this* request upstream (an earlier test's slow reply may still hold the module's fake LLM)
+    def arrived() -> bool:
+        return any("SLOW-DRAIN" in json.dumps(r["body"]) for r in list(llm.requests))
+
+    deadline = time.monotonic() + 20
+    while not arrived() and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert llm.in_flight == 1
+    assert arrived() and llm.in_flight >= 1
     url = s.url
     t0 = time.monotonic()
     s.stop()  # like SIGTERM: stop accepting, finish what is in flight

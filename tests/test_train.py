@@ -177,8 +177,10 @@ def test_prepared_data_section_feeds_training(shared_data_dir):
 
     cfg = build_train_config(REPO / "configs" / "sufficiency.yaml", ["--data.name=pytest", "--data.sources=[qed]",
                                                                      "--data.include_variants=false"])
+    assert cfg.data_config().include_synthetic  # the demo config's synthetic squad2 questions ...
     splits = load_splits(cfg)
-    assert set(splits.train["source"]) == {"qed"} and len(splits.validation) > 0 and len(splits.test) > 0
+    assert set(splits.train["source"]) == {"qed"} and len(splits.validation) > 0 and len(splits.test) > 0  # ... follow sources
+    assert splits.manifest["dropped"]["synthetic filtered out by sources"] > 0
     assert splits.label_source == "autorater" and len(splits.data_hash) >= 16
 
 

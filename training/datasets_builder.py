@@ -57,7 +57,8 @@ class DataConfig:
     fallback: what an item without a label from ``label_source`` gets (hotpotqa-distractor and
         musique have no autorater labels): ``other`` = the other source (gold <-> autorater),
         ``unlabelled`` = keep it with label -1, ``drop`` = drop it (counted in the manifest).
-    sources: keep only these sources of items.jsonl / extra_files (empty = all).
+    sources: keep only these sources of items.jsonl / extra_files (empty = all); synthetic questions
+        (source ``<base>-synthetic``) are kept only when their base source is listed.
     extra_files: user files in any loader format (SQuAD, HotPotQA, MuSiQue, QED, canonical);
         items without a split get ``hash_split(article or group, extra_split_fractions)``.
     extra_split_fractions: (train, validation, test) shares for extra files without splits.
@@ -285,6 +286,10 @@ def build(cfg: DataConfig, progress: bool = True) -> tuple[Any, dict[str, Any]]:
             # synthetic questions reuse real passages: only keep those whose passage group is train
             if it.split != "train" or group_split.get(it.group, "train") != "train":
                 dropped["synthetic outside train"] += 1
+                continue
+            # "squad2-synthetic" questions are written over squad2 passages: sources=[qed] leaves them out
+            if cfg.sources and it.source not in cfg.sources and it.source.removesuffix("-synthetic") not in cfg.sources:
+                dropped["synthetic filtered out by sources"] += 1
                 continue
             if it.id in known_ids:
                 raise DataFormatError(f"synthetic id {it.id!r} collides with another input", path=str(spath), field="id")
