@@ -202,7 +202,8 @@ def run_baselines(
 
 
 def load_gold_answers(items_path: str | Path) -> dict[str, list[str]]:
-    """``id -> gold answers`` from a canonical items file (``gold.answers``; [] when unanswerable).
+    """``id -> gold answers`` from a canonical items file (``gold.answers``; [] when unanswerable) or a
+    synthetic-questions file (``answer``).
 
     >>> load_gold_answers("../shared/data/items.jsonl")["squad2:68cf05f67fd29c6f129fe2fb9"]  # doctest: +SKIP
     ['France']
@@ -219,4 +220,6 @@ def load_gold_answers(items_path: str | Path) -> dict[str, list[str]]:
             gold = d.get("gold") or {}
             if "answers" in gold:
                 out[str(d["id"])] = [str(a) for a in gold.get("answers") or []]
+            elif d.get("answer"):  # teacher-written synthetic questions carry their one answer at the top level
+                out[str(d["id"])] = [str(d["answer"])]
     return out

@@ -231,14 +231,9 @@ def answer_lookup(cfg: TrainConfig, ds=None) -> dict[str, list[str]]:
         out.update({str(i): [str(a) for a in (ans or [])] for i, ans in zip(ds["id"], ds["answers"]) if ans})
     if d is not None and (d / "items.jsonl").is_file():
         out.update(load_gold_answers(d / "items.jsonl"))
-    synth = (cfg.data or {}).get("synthetic_path") or (d / "synthetic" / "squad2-questions.jsonl" if d is not None else None)
+    synth = cfg.data_config().synthetic_path or (d / "synthetic" / "squad2-questions.jsonl" if d is not None else None)
     if synth and Path(synth).is_file():
-        with open(synth, encoding="utf-8") as f:
-            for line in f:
-                if line.strip():
-                    obj = json.loads(line)
-                    if obj.get("answer"):
-                        out[str(obj["id"])] = [str(obj["answer"])]
+        out.update(load_gold_answers(synth))
     return out
 
 
