@@ -6,6 +6,7 @@ dependencies (torch, mlflow...) only when it runs, so ``suffice --help`` is inst
     suffice data prepare            build the DatasetDict under data/ and print its table
     suffice data stats              counts and teacher/gold agreement per source
     suffice label --input ITEMS --rater NAME
+    suffice weak --config configs/sufficiency.yaml --out data/weak/demo-weak.jsonl
     suffice train --config configs/sufficiency.yaml   (or: accelerate launch -m suffice.training.train ...)
     suffice evaluate --model PATH --split test
     suffice export --model PATH --out DIR
@@ -21,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "data": ("suffice.training.data_cli", "prepare datasets and print statistics (prepare, stats)"),
     "label": ("suffice.training.autorater.cli", "label (question, context) pairs with an LLM autorater; agreement; import"),
     "synth": ("suffice.training.synth", "generate synthetic training questions with a teacher LLM"),
+    "weak": ("suffice.training.weak", "build rule-based weak-supervision pairs for an intermediate training stage"),
     "train": ("suffice.training.train", "train a sufficiency / retrieval-gate model (same as accelerate launch -m suffice.training.train)"),
     "evaluate": ("suffice.training.evaluate", "evaluate a model and the baselines on a split"),
     "export": ("suffice.training.export", "merge, export to ONNX, quantise, check parity and write a bundle"),
