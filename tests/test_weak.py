@@ -148,3 +148,18 @@ def test_cli_on_the_shared_data(shared_data_dir, tmp_path, capsys):
     assert {r["split"] for r in rows} == {"train", "validation", "test"}
     assert "weak pairs from" in capsys.readouterr().out
     assert main(["--config", str(REPO / "configs" / "sufficiency.yaml"), "--out", str(out), "--rules", "nope"]) == 2
+
+
+def test_a_base_model_with_another_label_count_keeps_the_encoder(tiny_bert, tmp_path, caplog):
+    from tests.test_train import tiny_config
+
+    from suffice.training.train import run
+
+    binary = tmp_path / "binary"
+    run(tiny_config(tiny_bert, binary, "--tracking.enabled=false", "--baselines=[]", "--num_train_epochs=1"))
+    three = tmp_path / "three"
+    with caplog.at_level("WARNING"):
+        run(tiny_config(binary, three, "--tracking.enabled=false", "--baselines=[]", "--num_train_epochs=1",
+                        "--label_scheme=three_level"))
+    assert "2-label head and this run needs 3 labels" in caplog.text
+    assert json.loads((three / "config.json").read_text())["id2label"] == {"0": "insufficient", "1": "partial", "2": "sufficient"}

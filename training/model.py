@@ -82,6 +82,19 @@ def build_model(
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # "classifier weights newly initialized" is the point, not news
     extra = {}
+    saved_cfg = Path(src) / "config.json" if not isinstance(src, str) or Path(src).is_dir() else None
+    if saved_cfg is not None and saved_cfg.is_file():
+        # a trained model directory as the base (e.g. a weak-supervision stage): its head transfers
+        # when the label count matches; otherwise only the encoder does and the head starts fresh
+        saved = json.loads(saved_cfg.read_text())
+        has_head = any("ForSequenceClassification" in a for a in saved.get("architectures") or [])
+        have_labels = len(saved.get("id2label") or {})
+        if has_head and have_labels and have_labels != len(id2label):
+            import logging
+
+            logging.getLogger(__name__).warning(
+                "%s has a %d-label head and this run needs %d labels: the classifier head is re-initialised", src, have_labels, len(id2label))
+            extra["ignore_mismatched_sizes"] = True
     if encoder_layers:
         from transformers import AutoConfig
 
