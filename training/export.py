@@ -176,7 +176,8 @@ def cpu_has_vnni() -> bool:
     return "avx512_vnni" in flags or "avx_vnni" in flags
 
 
-def quantise_onnx(src: Path, dst: Path, reduce_range: bool | None = None) -> str:
+def quantise_onnx(src: Path, dst: Path, reduce_range: bool | None = None, weight_type: str = "QInt8",
+                  op_types: Sequence[str] = ("MatMul", "Attention", "Gather")) -> str:
     """Dynamic int8: per-channel s8 weights / u8 activations (the VNNI fast path).
 
     Without VNNI, ONNX Runtime's u8s8 kernels multiply with VPMADDUBSW, whose 16-bit
@@ -193,11 +194,12 @@ def quantise_onnx(src: Path, dst: Path, reduce_range: bool | None = None) -> str
 
     if reduce_range is None:
         reduce_range = not cpu_has_vnni()
-    quantize_dynamic(str(src), str(dst), op_types_to_quantize=["MatMul", "Attention", "Gather"], per_channel=True,
-                     reduce_range=reduce_range, weight_type=QuantType.QInt8,
+    quantize_dynamic(str(src), str(dst), op_types_to_quantize=list(op_types), per_channel=True,
+                     reduce_range=reduce_range, weight_type=getattr(QuantType, weight_type),
                      extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
     rr = ", reduce_range (7-bit weights: no VNNI on the exporting CPU)" if reduce_range else ""
-    return f"dynamic-int8 per-channel s8 weights/u8 activations QOperator (MatMul, Attention, Gather){rr}"
+    w = "s8" if weight_type == "QInt8" else "u8"
+    return f"dynamic-int8 per-channel {w} weights/u8 activations QOperator ({', '.join(op_types)}){rr}"
 
 
 def _session(path: Path):

@@ -82,8 +82,8 @@ def build_model(
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # "classifier weights newly initialized" is the point, not news
     extra = {}
-    saved_cfg = Path(src) / "config.json" if not isinstance(src, str) or Path(src).is_dir() else None
-    if saved_cfg is not None and saved_cfg.is_file():
+    saved_cfg = Path(src) / "config.json"  # absent for a hub id
+    if saved_cfg.is_file():
         # a trained model directory as the base (e.g. a weak-supervision stage): its head transfers
         # when the label count matches; otherwise only the encoder does and the head starts fresh
         saved = json.loads(saved_cfg.read_text())

@@ -141,25 +141,21 @@ class _Pools:
         self.names = {k: sorted(v) for k, v in names.items()}
         self.terms = {k: sorted(v) for k, v in terms.items()}
 
-    def name_for(self, source: str, n_words: int, ctx: str, question: str, rng: random.Random) -> str | None:
-        pool = self.names.get((source, n_words)) or self.names.get((source, 1)) or []
-        for _ in range(20):
-            if not pool:
-                return None
+    @staticmethod
+    def _pick(pool: Sequence[str], ctx: str, question: str, rng: random.Random, ok=lambda c: True) -> str | None:
+        """A seeded draw (20 tries) of a candidate that neither the context nor the question contains."""
+        for _ in range(20 if pool else 0):
             cand = pool[rng.randrange(len(pool))]
-            if not _has_word(ctx, cand) and not _has_word(question, cand):
+            if ok(cand) and not _has_word(ctx, cand) and not _has_word(question, cand):
                 return cand
         return None
 
+    def name_for(self, source: str, n_words: int, ctx: str, question: str, rng: random.Random) -> str | None:
+        pool = self.names.get((source, n_words)) or self.names.get((source, 1)) or []
+        return self._pick(pool, ctx, question, rng)
+
     def term_for(self, word: str, ctx: str, question: str, rng: random.Random) -> str | None:
-        pool = self.terms.get(_suffix_class(word)) or []
-        for _ in range(20):
-            if not pool:
-                return None
-            cand = pool[rng.randrange(len(pool))]
-            if cand[:4] != word[:4] and not _has_word(ctx, cand) and not _has_word(question, cand):
-                return cand
-        return None
+        return self._pick(self.terms.get(_suffix_class(word)) or [], ctx, question, rng, ok=lambda c: c[:4] != word[:4])
 
 
 def _other_number(n: str, ctx: str, rng: random.Random) -> str | None:
@@ -246,6 +242,7 @@ def make_weak_pairs(parents: Sequence[Mapping[str, Any]], cfg: WeakConfig | None
     out: list[dict[str, Any]] = []
     for row in parents:
         ctx = _context(row)
+        row_answers = list(answers.get(row["id"]) or row.get("answers") or [])
         rules = list(cfg.rules)
         random.Random(f"{cfg.seed}:order:{row['id']}").shuffle(rules)
         made = 0
@@ -255,7 +252,7 @@ def make_weak_pairs(parents: Sequence[Mapping[str, Any]], cfg: WeakConfig | None
             rng = random.Random(f"{cfg.seed}:{rule}:{row['id']}")
             passages, question, label = row["passages"], row["question"], 0
             if rule == "drop_other_sentence":
-                got = _drop_other_sentence(row, answers.get(row["id"]) or row.get("answers") or [], rng)
+                got = _drop_other_sentence(row, row_answers, rng)
                 if got is None:
                     continue
                 passages, edit = got
@@ -272,7 +269,7 @@ def make_weak_pairs(parents: Sequence[Mapping[str, Any]], cfg: WeakConfig | None
                 "passages": [{"title": p.get("title") or "", "text": p.get("text") or ""} for p in passages],
                 "label": label, "level": "sufficient" if label else "insufficient", "label_source": "weak",
                 "split": "train", "source": row["source"], "group": row["group"], "variant": rule,
-                "parent_id": row["id"], "gold": {"answers": list(answers.get(row["id"]) or row.get("answers") or []) if label else []},
+                "parent_id": row["id"], "gold": {"answers": row_answers if label else []},
                 "meta": {"weak_edit": edit},
             })
     if cfg.max_pairs and len(out) > cfg.max_pairs:
@@ -329,6 +326,7 @@ def build_weak_file(dsd, out: str | os.PathLike, cfg: WeakConfig, answers: Mappi
         "pairs_by_label": dict(sorted(Counter(p["label"] for p in pairs).items())),
         "rows_by_split": dict(sorted(Counter(r["split"] for r in rows).items())),
         "source_data_hash": (source_manifest or {}).get("data_hash"), "source_data": (source_manifest or {}).get("name"),
+        "examples": examples(pairs),
     }
     Path(f"{out}.manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest
@@ -378,8 +376,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"{manifest['pairs']} weak pairs from {manifest['parents']} sufficient train parents -> {manifest['file']}")
     print(f"  by rule {manifest['pairs_by_rule']}, by label {manifest['pairs_by_label']}, rows by split {manifest['rows_by_split']}")
-    with open(args.out, encoding="utf-8") as f:
-        print("\n".join(examples(json.loads(line) for line in f if '"label_source": "weak"' in line)))
+    print("\n".join(manifest["examples"]))
     return 0
 
 
