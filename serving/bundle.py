@@ -27,7 +27,7 @@ MODEL_FP32 = "model.onnx"
 MODEL_INT8 = "model.int8.onnx"
 TOKENIZER = "tokenizer.json"
 TASKS = ("sufficiency", "retrieval_gate")
-STRATEGIES = ("select", "truncate", "recent")
+STRATEGIES = ("select", "truncate", "recent", "select_lines")
 DEFAULT_THRESHOLDS = {
     "sufficiency": {"sufficient": 0.8, "partial": 0.5},
     "retrieval_gate": {"skip": 0.5},

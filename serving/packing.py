@@ -14,6 +14,11 @@ training and in serving (so a model is always scored on inputs shaped like its t
     Plain truncation of the concatenated context (``title: text`` per passage) at the window.
 ``recent``
     Keep the most recent passages (for chat turns: the latest turns), dropping the oldest first.
+``select_lines``
+    ``select`` with every line break also ending a unit, so a table row, list item or heading is
+    selected on its own (chat replies and markdown; ``select`` reads a whole table as one
+    sentence). The retrieval gate's default: the lines of earlier turns that share terms with
+    the new message are what tells "already answered" from "needs new knowledge".
 
 Each packed input reports how many context tokens and sentences it kept, so a caller can see
 what was left out (the scorer turns that into a confidence factor).
@@ -36,7 +41,7 @@ import numpy as np
 
 from suffice.serving.lexical import content_terms, stem, tokenize_words
 
-STRATEGIES = ("select", "truncate", "recent")
+STRATEGIES = ("select", "truncate", "recent", "select_lines")
 _SENTENCE_END = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"'”’)\]]))\s+(?=[\"'“‘(\[]?[A-Z0-9])")
 
 
@@ -44,12 +49,17 @@ class QuestionTooLongError(ValueError):
     """The question alone does not fit the window (questions are never truncated)."""
 
 
-def split_sentences(text: str) -> list[str]:
-    """Split text into sentences on end punctuation followed by a capital or digit.
+def split_sentences(text: str, lines: bool = False) -> list[str]:
+    """Split text into sentences on end punctuation followed by a capital or digit; with
+    ``lines=True`` every line break ends a unit too (blank lines are dropped).
 
     >>> split_sentences("Paris is big. It has 2 million people! Really? yes.")
     ['Paris is big.', 'It has 2 million people!', 'Really? yes.']
+    >>> split_sentences("Fees:\\n| Under $35 | $7.99 |\\n| $75 and up | Free |", lines=True)
+    ['Fees:', '| Under $35 | $7.99 |', '| $75 and up | Free |']
     """
+    if lines:
+        return [s for line in text.splitlines() for s in split_sentences(line)]
     text = " ".join(text.split())
     if not text:
         return []
@@ -149,7 +159,7 @@ class ContextPacker:
             )
         # Units: per passage, a title header ("title:") and its sentences.
         titles = [f"{t}:" if t else "" for t, _ in pairs]
-        sents = [split_sentences(text) for _, text in pairs]
+        sents = [split_sentences(text, lines=self.strategy == "select_lines") for _, text in pairs]
         flat = [s for ss in sents for s in ss]
         enc = self._encode_many([t for t in titles if t] + flat)
         title_ids: list[list[int]] = []

@@ -1,8 +1,9 @@
 """Should this chat turn trigger retrieval? RETRIEVE vs SKIP, failing open.
 
 The latest user message is the "question" (never truncated); the previous turns are the
-"passages" (title = role), packed with ``ContextPacker(strategy="recent")`` so the oldest turns
-are trimmed first. The first user message of a thread is always RETRIEVE (nothing to answer
+"passages" (title = role), packed with the bundle's long-context strategy, as in training:
+``select_lines`` (the lines of earlier turns that share terms with the new message, then in
+their original order) or ``recent`` (the newest turns, the oldest trimmed first). The first user message of a thread is always RETRIEVE (nothing to answer
 from yet) without running the model. Any error or malformed input gives RETRIEVE with the
 reason: a gate that fails closed would silently starve the answerer of knowledge.
 
@@ -73,7 +74,10 @@ class RetrievalGate:
             raise ValueError(f"a retrieval-gate bundle needs labels RETRIEVE and SKIP, this one has {sorted(labels)}")
         self._skip_idx = next(i for i, v in m.id2label.items() if v == SKIP)
         self.skip_threshold = config.skip_threshold if config.skip_threshold is not None else m.threshold("skip")
-        self._packer = model.packer_for(config.max_tokens, "recent")
+        if m.long_context_strategy == "truncate":
+            raise ValueError("this retrieval-gate bundle packs with 'truncate' (oldest turns first): retrain it with "
+                             "long_context_strategy select_lines or recent")
+        self._packer = model.packer_for(config.max_tokens)
 
     @classmethod
     def load(cls, path: str | os.PathLike, config: RetrievalGateConfig | None = None) -> "RetrievalGate":

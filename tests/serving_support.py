@@ -29,7 +29,7 @@ def validation_items(n: int = 40) -> list[dict]:
 
 
 def make_model_dir(tiny_bert_dir: Path, out: Path, task: str = "sufficiency", lora: bool = True, head_scale: float = 40.0,
-                   max_length: int = 128, strategy: str = "select", temperature: float = 1.5, run_id: str | None = None) -> Path:
+                   max_length: int = 128, strategy: str | None = None, temperature: float = 1.5, run_id: str | None = None) -> Path:
     """A trained-model directory (BRIEF contract) from the tiny random BERT: classifier head scaled
     so logits are decisive, as a trained model's are; LoRA wrapped and merged when ``lora``."""
     import torch
@@ -57,7 +57,7 @@ def make_model_dir(tiny_bert_dir: Path, out: Path, task: str = "sufficiency", lo
     meta = {
         "task": task, "label_scheme": "binary", "id2label": {str(k): v for k, v in id2label.items()},
         "positive_label": "SKIP" if task == "retrieval_gate" else "sufficient", "max_length": max_length,
-        "long_context_strategy": "recent" if task == "retrieval_gate" else strategy,
+        "long_context_strategy": strategy or ("recent" if task == "retrieval_gate" else "select"),
         "calibration": {"method": "temperature", "temperature": temperature},
         "thresholds": {"skip": 0.5} if task == "retrieval_gate" else {"sufficient": 0.8, "partial": 0.5},
         "base_model": str(tiny_bert_dir), "label_source": "autorater", "data_hash": "test",

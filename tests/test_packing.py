@@ -46,6 +46,35 @@ def test_recent_keeps_the_latest_turns(tok):
     assert "turn 9" in text and "turn 0" not in text and len(p.input_ids) <= 64
 
 
+REPLY = ("Greenbasket delivery fees depend on order size and the slot you pick:\n\n"
+         "| Order subtotal | Standard slot | Express |\n|---|---|---|\n"
+         + "".join(f"| Band {i} filler row | ${i}.99 | ${i + 5}.99 |\n" for i in range(12))
+         + "| $75 and up | Free | $5.99 |\n\nEvening slots on Fridays add a $2.00 peak surcharge.")
+
+
+def test_select_lines_picks_the_table_row_the_message_is_about(tok):
+    q = "how much is express for orders of $75 and up?"
+    turns = [{"title": "user", "text": "how much does delivery cost with greenbasket?"}, {"title": "assistant", "text": REPLY}]
+    lines = ContextPacker(tok, 64, "select_lines").pack(q, turns)
+    sel = ContextPacker(tok, 64, "select").pack(q, turns)
+    rec = ContextPacker(tok, 64, "recent").pack(q, turns)
+    def context(p):
+        return tok.decode(p.input_ids[p.question_tokens + 2:])
+
+    assert len(lines.input_ids) <= 64 and lines.strategy == "select_lines"
+    assert "75 and up | free | $ 5. 99" in context(lines)
+    # select reads the whole table as one sentence: it does not fit, so only a cut head of it goes in
+    assert "75 and up" not in context(sel)
+    # recent keeps whole sentences from the end; without line breaks this reply is one sentence
+    # that does not fit, so nothing of it goes in
+    assert "75 and up" not in context(rec) and rec.context_tokens_kept == 0
+    # units counted: the user's turn, then the reply's opening line, table header, 13 rows, closing sentence
+    assert lines.sentences_total == 1 + (1 + 2 + 13 + 1) and lines.truncated
+    # lines within a single-line text change nothing
+    one = [{"title": "Paris", "text": "The Eiffel Tower is in Paris. It is tall."}]
+    assert ContextPacker(tok, 128, "select_lines").pack("Where?", one).input_ids == ContextPacker(tok, 128, "select").pack("Where?", one).input_ids
+
+
 def test_question_never_truncated(tok):
     long_q = "why " * 100 + "?"
     with pytest.raises(QuestionTooLongError, match="never truncated"):

@@ -97,6 +97,29 @@ def test_previous_turns_packed_recent_first(gate_bundle):
         RetrievalGate.load(gate_bundle, RetrievalGateConfig(max_tokens=4096))
 
 
+def test_gate_packs_with_the_bundle_strategy(gate_bundle, tmp_path):
+    """A select_lines bundle is packed with select_lines (as it was trained); truncate is refused."""
+    from suffice.serving import RetrievalGate
+
+    m = json.loads((gate_bundle / "suffice.json").read_text())
+    for strategy in ("select_lines", "truncate"):
+        other = tmp_path / strategy
+        shutil.copytree(gate_bundle, other)
+        (other / "suffice.json").write_text(json.dumps({**m, "long_context_strategy": strategy}))
+        if strategy == "truncate":
+            with pytest.raises(ValueError, match="retrain it with long_context_strategy select_lines"):
+                RetrievalGate.load(other)
+            continue
+        gate = RetrievalGate.load(other)
+        table = "Fees:\n" + "".join(f"| plan {i} | ${i}.99 |\n" for i in range(30)) + "| annual plan | $99 |"
+        thread = [{"role": "user", "content": "What do plans cost?"}, {"role": "assistant", "content": table},
+                  {"role": "user", "content": "Is the annual plan $99?"}]
+        packed = gate._packer.pack(*gate.build_input(thread))
+        assert packed.strategy == "select_lines" and packed.truncated
+        assert "annual plan | $ 99" in gate._model.tokenizer.decode(packed.input_ids[packed.question_tokens + 2:])
+        assert gate.decide(thread).score is not None
+
+
 def test_sufficiency_bundle_is_refused(tiny_bert_dir, tmp_path, gate_bundle):
     from suffice.serving import BundleError, RetrievalGate
 

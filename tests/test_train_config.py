@@ -36,7 +36,7 @@ def test_overrides_are_typed_and_nested():
     (["--learning_rate=fast"], "learning_rate must be a number"),
     (["--label_scheme=five_level"], "five_level"),
     (["--task=retrieval_gate", "--label_scheme=three_level", "--long_context_strategy=recent"], "retrieval gate is binary"),
-    (["--task=retrieval_gate"], "use --long_context_strategy=recent"),
+    (["--task=retrieval_gate", "--long_context_strategy=truncate"], "use --long_context_strategy=select_lines"),
     (["--calibration.partial=0.9"], "partial is the lower threshold"),
     (["--lora.target_modules=[query,dense]"], "also matches pooler.dense"),
     (["--freeze_layers=2"], "LoRA already freezes the encoder"),

@@ -156,7 +156,8 @@ class TrainConfig:
     finetune: ``lora`` (adapters + fully trained head) or ``full`` (every weight).
     max_length: encoder window in tokens; the question is never truncated.
     long_context_strategy: how context beyond the window is handled (serving.packing):
-        ``select`` (question-aware sentence selection), ``truncate``, ``recent`` (latest passages).
+        ``select`` (question-aware sentence selection), ``select_lines`` (the same with line breaks
+        ending units: tables, lists, chat replies), ``truncate``, ``recent`` (latest passages).
     data: the DataConfig section (see suffice.training.datasets_builder.DataConfig).
     train_file / validation_file / test_file: canonical JSONL instead of ``data`` (fixtures, smoke runs).
     gate: retrieval-gate data (task ``retrieval_gate`` only).
@@ -208,7 +209,7 @@ class TrainConfig:
     finetune: Literal["lora", "full"] = "lora"
     lora: LoraSettings = field(default_factory=LoraSettings)
     max_length: int = 256
-    long_context_strategy: Literal["select", "truncate", "recent"] = "select"
+    long_context_strategy: Literal["select", "truncate", "recent", "select_lines"] = "select"
 
     data: dict[str, Any] = field(default_factory=dict)
     train_file: str | None = None
@@ -260,10 +261,10 @@ class TrainConfig:
             )
         if not 32 <= self.max_length <= 512:
             raise ConfigError(f"max_length={self.max_length} must be in [32, 512] (BERT-family windows end at 512)")
-        if self.task == "retrieval_gate" and self.long_context_strategy != "recent":
+        if self.task == "retrieval_gate" and self.long_context_strategy == "truncate":
             raise ConfigError(
-                f"long_context_strategy={self.long_context_strategy!r} for the retrieval gate: the passages are chat "
-                "turns and the newest matter most; use --long_context_strategy=recent"
+                "long_context_strategy='truncate' for the retrieval gate would keep the oldest chat turns and drop "
+                "the newest; use --long_context_strategy=select_lines (relevant lines) or recent (newest turns)"
             )
         for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps"):
             if getattr(self, name) < 1:
