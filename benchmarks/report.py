@@ -262,14 +262,17 @@ def _gate_service_section(sv: Mapping[str, Any]) -> list[str]:
     if sv.get("not_measured"):
         return out + [f"Not measured: {sv['not_measured']}", ""]
     head = sv["headline_precision"]
-    rows = [[k, _f(sv[k]["macro_f1"]), _f(sv[k]["skip_precision"]), _f(sv[k]["skip_rate"]), _f(sv[k]["accuracy"])]
-            for k in ("int8", "fp32", "tfidf_lr") if k in sv]
+    from bench_retrieval_gate import gate_rows
+
+    rows = [[name, _f(q["macro_f1"]), _f(q["skip_precision"]), _f(q["skip_rate"]), _f(q["accuracy"]), _f(q.get("auroc"))]
+            for name, q in gate_rows(sv)]
     lat = sv["latency_128"]
-    out += [f"{sv['n_test']} held-out threads (trained on {sv['n_train']}); decisions at the stored SKIP threshold "
-            f"{_f(sv[head].get('skip_threshold'))}; TF-IDF + LR at 0.5.", "",
-            _table(["decider", "macro-F1", "SKIP precision", "SKIP rate", "accuracy"], rows), "",
-            f"- `decide()` {head}, ~128-token inputs: p50 {lat['p50_ms']:.2f} ms, p95 {lat['p95_ms']:.2f} ms, p99 {lat['p99_ms']:.2f} ms "
-            f"({lat['n']} calls)",
+    out += [f"{sv['n_test']} held-out threads (trained on {sv['n_train']}); each model at the stored SKIP threshold "
+            f"(precision first) and at 0.5; TF-IDF + LR at 0.5.", "",
+            _table(["decider", "macro-F1", "SKIP precision", "SKIP rate", "accuracy", "AUROC"], rows), "",
+            f"- `decide()` {head}, test threads in a 128-token window (mean {_f(lat.get('mean_tokens'), 0)} tokens): "
+            f"p50 {lat['p50_ms']:.2f} ms, p95 {lat['p95_ms']:.2f} ms, p99 {lat['p99_ms']:.2f} ms ({lat['n']} calls); "
+            f"full 128-token windows: p50 {_f(lat.get('full_window_p50_ms'), 2)} ms ({lat.get('full_window_n', 0)} calls)",
             f"- macro-F1 points over TF-IDF + LR: {sv['f1_points_over_tfidf']:+.1f}",
             "- goals: " + ", ".join(f"{k} {'met' if v else 'MISSED'}" for k, v in sv["goals"].items()), "",
             _table(["message (fruit-price thread)", "expected", "decision", "P(SKIP)"],

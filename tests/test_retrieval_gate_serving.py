@@ -157,7 +157,11 @@ def test_gate_benchmark_measures_the_bundle_on_held_out_threads(gate_bundle, tmp
     for k in ("int8", "fp32", "tfidf_lr"):
         assert 0.0 <= r[k]["macro_f1"] <= 1.0 and 0.0 <= r[k]["skip_rate"] <= 1.0
     assert r["int8"]["fail_open_count"] == 0
+    for k in ("int8", "fp32"):  # the classifier's own decision beside the stored precision-first threshold
+        assert 0.0 <= r[k]["at_0.5"]["macro_f1"] <= 1.0 and 0.0 <= r[k]["auroc"] <= 1.0
+    assert r["f1_points_over_tfidf"] == pytest.approx(100 * (r["int8"]["at_0.5"]["macro_f1"] - r["tfidf_lr"]["macro_f1"]))
     assert math.isfinite(r["latency_128"]["p50_ms"]) and r["latency_128"]["p50_ms"] > 0
+    assert 0 < r["latency_128"]["mean_tokens"] <= 64  # this bundle's window is 64 tokens
     assert len(r["acceptance"]) == 7 and r["acceptance"][-1]["decision"] == "RETRIEVE"  # the first message never runs the model
     assert set(r["goals"]) >= {"macro_f1>=0.90", "acceptance_examples"}
     assert "retrieval gate on" in bench.format_report(r)
