@@ -130,3 +130,25 @@ def test_parity_subset_smaller_than_validation_set(exported, tmp_path):
     b = export_bundle(model_dir, tmp_path / "b", validation_items(13), parity=ParityConfig(parity_items=5, batch_size=4))
     p = json.loads((b / "suffice.json").read_text())["parity"]
     assert p["fp32_vs_torch_items"] == 5 and p["int8_items"] == 13
+
+
+def test_validation_data_reads_items_and_gate_threads(tmp_path):
+    """--validation-data takes canonical items or retrieval-gate threads (packed as the gate packs them)."""
+    from suffice.training.export import ExportError, load_validation_jsonl
+
+    f = tmp_path / "v.jsonl"
+    thread = {"id": "t1", "label": "SKIP", "messages": [{"role": "user", "content": "Plans?"},
+                                                        {"role": "assistant", "content": "Basic $5."},
+                                                        {"role": "user", "content": "Thanks!"}]}
+    item = {"question": "Q?", "passages": ["ctx"], "label": 1, "split": "train"}
+    f.write_text(json.dumps(thread) + "\n" + json.dumps(item) + "\n")
+    got = load_validation_jsonl(f, None)
+    assert got[0] == {"question": "Thanks!", "label": 1, "passages": [{"title": "user", "text": "Plans?"},
+                                                                       {"title": "assistant", "text": "Basic $5."}]}
+    assert got[1]["question"] == "Q?" and len(load_validation_jsonl(f, "validation")) == 1  # the train item is left out
+    f.write_text(json.dumps({**thread, "label": "MAYBE"}) + "\n")
+    with pytest.raises(ExportError, match="line 1: a thread's label must be RETRIEVE or SKIP"):
+        load_validation_jsonl(f, None)
+    f.write_text(json.dumps({**thread, "messages": thread["messages"][:2]}) + "\n")
+    with pytest.raises(ExportError, match="ending with the user's turn"):
+        load_validation_jsonl(f, None)

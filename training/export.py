@@ -232,7 +232,9 @@ def _as_pair(item: Any, i: int) -> tuple[str, Any, int | None]:
 
 
 def load_validation_jsonl(path: str | os.PathLike, split: str | None = "validation") -> list[dict[str, Any]]:
-    """Items from a JSONL file (``question``, ``passages``, optional ``label``/``split``)."""
+    """Items from a JSONL file (``question``, ``passages``, optional ``label``/``split``), or
+    retrieval-gate threads (``messages``, ``label`` RETRIEVE/SKIP), turned into items the way the
+    gate packs them: the latest user message is the question, earlier turns the passages."""
     p = Path(path)
     if not p.is_file():
         raise ExportError(f"validation data {p} does not exist: give a JSONL file of items (question, passages, label)")
@@ -247,10 +249,27 @@ def load_validation_jsonl(path: str | os.PathLike, split: str | None = "validati
                 raise ExportError(f"{p}, line {n}: not valid JSON ({e})") from e
             if split and d.get("split") not in (None, split):
                 continue
+            if isinstance(d, dict) and "messages" in d and "question" not in d:
+                d = _thread_item(d, p, n)
             items.append(d)
     if not items:
         raise ExportError(f"{p} holds no items" + (f" of split {split!r}" if split else ""))
     return items
+
+
+def _thread_item(d: dict[str, Any], path: Path, line: int) -> dict[str, Any]:
+    msgs = d["messages"]
+    ok = isinstance(msgs, list) and msgs and all(isinstance(m, dict) and isinstance(m.get("content"), str) for m in msgs)
+    if not ok or msgs[-1].get("role") != "user":
+        raise ExportError(f"{path}, line {line}: a thread's messages must be {{role, content}} objects ending with the user's turn")
+    label = d.get("label")
+    if label not in (None, "RETRIEVE", "SKIP"):
+        raise ExportError(f"{path}, line {line}: a thread's label must be RETRIEVE or SKIP, got {label!r}")
+    item: dict[str, Any] = {"question": msgs[-1]["content"],
+                            "passages": [{"title": m.get("role", ""), "text": m["content"]} for m in msgs[:-1]]}
+    if label is not None:
+        item["label"] = int(label == "SKIP")
+    return item
 
 
 def _f1(pred: np.ndarray, gold: np.ndarray) -> float:
