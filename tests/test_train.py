@@ -105,11 +105,12 @@ def test_mlflow_run_has_params_metrics_artifacts_and_a_registered_version(traine
         assert key in params, key
     assert params["lora.r"] == "4"
     metrics = run_.data.metrics
-    for key in ("val_loss", "val_accuracy", "val_macro_f1", "val_auroc", "val_ece", "val_temperature", "test_macro_f1",
+    for key in ("val_loss", "val_accuracy", "val_macro_f1", "val_auroc", "val_ece", "val_source_macro_f1", "val_source_auroc", "val_temperature", "test_macro_f1",
                 "test_auroc", "test_ece", "test_squad2_macro_f1", "test_qed_accuracy", "test_baseline_tfidf_lr_macro_f1",
                 "test_baseline_keyword_coverage_auroc", "test_baseline_answer_in_context_accuracy", "train_loss"):
         assert key in metrics, key
     assert [m.step for m in client.get_metric_history(run_.info.run_id, "val_loss")] == [1, 2]
+    assert 0.0 <= metrics["val_source_macro_f1"] <= 1.0  # the mean over the validation sources (early stopping can use it)
 
     def listing(path=""):
         out = []

@@ -182,6 +182,25 @@ def per_source_metrics(
     return table
 
 
+def source_means(table: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+    """Means over sources (``overall`` left out) of macro-F1 and AUROC: ``source_macro_f1`` and
+    ``source_auroc``. A pooled score rewards a model that has only learnt which source an item
+    comes from (qed items are mostly sufficient, hotpotqa ones mostly not); these do not.
+    Sources without both classes have no AUROC and are left out of that mean.
+
+    >>> t = {"a": {"macro_f1": 0.5, "auroc": 0.6}, "b": {"macro_f1": 0.7, "auroc": float("nan")},
+    ...      "overall": {"macro_f1": 0.9, "auroc": 0.9}}
+    >>> {k: round(v, 3) for k, v in source_means(t).items()}
+    {'source_macro_f1': 0.6, 'source_auroc': 0.6}
+    """
+    rows = [m for src, m in table.items() if src != "overall"]
+    out = {}
+    for key in ("macro_f1", "auroc"):
+        vals = [float(m[key]) for m in rows if key in m and math.isfinite(float(m[key]))]
+        out[f"source_{key}"] = float(np.mean(vals)) if vals else float("nan")
+    return out
+
+
 def _subset(kwargs: dict, sel: np.ndarray) -> dict:
     out = dict(kwargs)
     for key in ("predictions", "autorater_mask", "gold_labels"):

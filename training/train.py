@@ -531,18 +531,24 @@ def _improved(cfg: TrainConfig, value: float, best: float | None) -> bool:
 
 
 def validation_metrics(accelerator, model, val_dl, val_ds, cfg: TrainConfig, weights) -> tuple[dict[str, float], np.ndarray]:
-    """Validation loss, accuracy, macro-F1, AUROC and ECE (uncalibrated) on the whole split, and the logits."""
+    """Validation loss, accuracy, macro-F1, AUROC and ECE (uncalibrated) on the whole split, the
+    means over sources of macro-F1 and AUROC (``source_macro_f1``, ``source_auroc``), and the logits."""
     from suffice.training.calibration import softmax
-    from suffice.training.metrics import classification_metrics
+    from suffice.training.metrics import per_source_metrics, source_means
 
     logits, rows = predict(accelerator, model, val_dl)
     labels = np.asarray(val_ds["labels"])[rows]
     probs = softmax(logits)
-    m = classification_metrics(probs, labels, label_names=list(cfg.id2label.values()), positive_index=cfg.positive_index, ece_bins=cfg.calibration.ece_bins)
+    sources = np.asarray(val_ds["source"])[rows] if "source" in val_ds.column_names else np.full(len(labels), "all", dtype=object)
+    table = per_source_metrics(probs, labels, sources, label_names=list(cfg.id2label.values()), positive_index=cfg.positive_index,
+                               ece_bins=cfg.calibration.ece_bins)
+    m = {**table["overall"], **source_means(table)}
     w = np.asarray(weights)[labels]
     logp = np.log(np.clip(probs[np.arange(len(labels)), labels], 1e-12, 1.0))
     m["loss"] = float(-(w * logp).sum() / w.sum())  # the training objective (class-weighted)
-    keep = {k: v for k, v in m.items() if k in ("loss", "accuracy", "macro_f1", "auroc", "ece", "nll", "binary_macro_f1") or k.startswith("f1_")}
+    keep = {k: v for k, v in m.items()
+            if k in ("loss", "accuracy", "macro_f1", "auroc", "ece", "nll", "binary_macro_f1", "source_macro_f1", "source_auroc")
+            or k.startswith("f1_")}
     return keep, logits
 
 
@@ -636,7 +642,8 @@ def train(cfg: TrainConfig, accelerator, model, optimizer, scheduler, train_dl, 
             progress.write(
                 f"epoch {epoch + 1}/{num_epochs}: val loss {val['loss']:.4f} acc {val.get('accuracy', float('nan')):.3f} "
                 f"macro-F1 {val.get('macro_f1', float('nan')):.3f} AUROC {val.get('auroc', float('nan')):.3f} "
-                f"ECE {val.get('ece', float('nan')):.3f} ({val['train_examples_per_s']:.1f} train ex/s)"
+                f"ECE {val.get('ece', float('nan')):.3f}; per-source mean macro-F1 {val.get('source_macro_f1', float('nan')):.3f} "
+                f"AUROC {val.get('source_auroc', float('nan')):.3f} ({val['train_examples_per_s']:.1f} train ex/s)"
             )
         if _improved(cfg, val.get(cfg.early_stopping_metric), state.best_metric):
             state.best_metric, state.best_epoch, state.bad_epochs = float(val[cfg.early_stopping_metric]), epoch + 1, 0

@@ -175,6 +175,8 @@ class TrainConfig:
     early_stopping_metric / early_stopping_patience: validation metric checked after every
         epoch; training stops after ``patience`` epochs without improvement and the best
         epoch's weights are kept (patience 0 = never stop early, still keep the best).
+        ``source_macro_f1`` / ``source_auroc`` are means over the validation sources: a pooled
+        score also rewards learning which source an item comes from.
     freeze_layers: full fine-tuning only: freeze the embeddings and the lowest N encoder layers.
     encoder_layers: keep only the lowest N transformer layers of the base encoder (0 = all): a
         shallower model is proportionally faster to train and to serve; the exported bundle
@@ -232,7 +234,7 @@ class TrainConfig:
     num_train_epochs: int = 2
     max_steps: int = 0
     class_weighting: Literal["balanced", "none"] = "balanced"
-    early_stopping_metric: Literal["macro_f1", "auroc", "loss"] = "macro_f1"
+    early_stopping_metric: Literal["macro_f1", "auroc", "loss", "source_macro_f1", "source_auroc"] = "macro_f1"
     early_stopping_patience: int = 2
     freeze_layers: int = 0
     encoder_layers: int = 0
