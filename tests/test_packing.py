@@ -122,3 +122,11 @@ def test_select_beats_truncate_on_real_long_items(tok, shared_data_dir):
             n += any(tok.decode(tok.encode(a, add_special_tokens=False).ids) in ctx for a in ans)
         hits[strat] = n
     assert hits["select"] > hits["truncate"] * 1.5, hits
+
+
+def test_bundle_manifest_accepts_exactly_the_packing_strategies():
+    """serving.bundle keeps its own copy (it stays stdlib-only); the two lists must not drift."""
+    from suffice.serving.bundle import STRATEGIES as MANIFEST_STRATEGIES
+    from suffice.serving.packing import STRATEGIES
+
+    assert MANIFEST_STRATEGIES == STRATEGIES
