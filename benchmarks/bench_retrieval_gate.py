@@ -26,7 +26,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-from sklearn.metrics import roc_auc_score
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -119,6 +118,7 @@ def run(bundle: str | Path, config: str = str(REPO / "configs" / "retrieval-gate
     from suffice.serving.bundle import read_manifest
     from suffice.serving.retrieval_gate import RetrievalGate, RetrievalGateConfig
     from suffice.training.baselines import TfidfLogisticBaseline
+    from suffice.training.metrics import auroc
 
     train, test = test_threads(config, overrides or [], cfg)
     head = "int8" if read_manifest(bundle).int8_model_file else "fp32"
@@ -139,7 +139,7 @@ def run(bundle: str | Path, config: str = str(REPO / "configs" / "retrieval-gate
         # precision-first operating point above
         scores = np.asarray([np.nan if d.score is None else d.score for d in decisions])
         q["at_0.5"] = gate_quality((np.nan_to_num(scores, nan=0.0) >= 0.5).astype(int), y)
-        q["auroc"] = float(roc_auc_score(y, np.nan_to_num(scores, nan=0.0))) if len(set(y.tolist())) == 2 else float("nan")
+        q["auroc"] = auroc(np.nan_to_num(scores, nan=0.0), y)
         q["fail_open_count"] = len(errors)
         by_cat: dict[str, list[int]] = {}
         for r, p in zip(rows, pred):
@@ -155,7 +155,7 @@ def run(bundle: str | Path, config: str = str(REPO / "configs" / "retrieval-gate
     base = TfidfLogisticBaseline().fit(train["question"], train["passages"], np.asarray(train["label"]))
     base_scores = base.score(test["question"], test["passages"])
     out["tfidf_lr"] = gate_quality(base.predict(base_scores), y)
-    out["tfidf_lr"]["auroc"] = float(roc_auc_score(y, base_scores)) if len(set(y.tolist())) == 2 else float("nan")
+    out["tfidf_lr"]["auroc"] = auroc(base_scores, y)
     # both deciders at their own 0.5 decision: the classifiers compared as classifiers
     out["f1_points_over_tfidf"] = 100 * (out[head]["at_0.5"]["macro_f1"] - out["tfidf_lr"]["macro_f1"])
     g = out[head]

@@ -3,7 +3,8 @@
 The latest user message is the "question" (never truncated); the previous turns are the
 "passages" (title = role), packed with the bundle's long-context strategy, as in training:
 ``select_lines`` (the lines of earlier turns that share terms with the new message, then in
-their original order) or ``recent`` (the newest turns, the oldest trimmed first). The first user message of a thread is always RETRIEVE (nothing to answer
+their original order) or ``recent`` (the newest turns, the oldest trimmed first). The first
+user message of a thread is always RETRIEVE (nothing to answer
 from yet) without running the model. Any error or malformed input gives RETRIEVE with the
 reason: a gate that fails closed would silently starve the answerer of knowledge.
 
@@ -24,6 +25,15 @@ from typing import Any, Mapping, Sequence
 from suffice.serving.runtime import OnnxClassifier, RuntimeConfig
 
 RETRIEVE, SKIP = "RETRIEVE", "SKIP"
+
+
+def turns_as_passages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
+    """Chat turns as the gate's passages (title = role), in training, export and serving alike.
+
+    >>> turns_as_passages([{"role": "assistant", "content": "Basic costs $5."}])
+    [{'title': 'assistant', 'text': 'Basic costs $5.'}]
+    """
+    return [{"title": m.get("role", ""), "text": m["content"]} for m in messages]
 
 
 @dataclass(frozen=True)
@@ -111,7 +121,7 @@ class RetrievalGate:
             prev = prev[-self.config.context_turns:]
         else:
             prev = []
-        return question, [{"title": m["role"], "text": m["content"]} for m in prev]
+        return question, turns_as_passages(prev)
 
     def decide(self, messages: Sequence[Mapping[str, Any]]) -> GateDecision:
         """RETRIEVE or SKIP for the latest user message; any problem gives RETRIEVE with the reason."""

@@ -265,8 +265,9 @@ def _thread_item(d: dict[str, Any], path: Path, line: int) -> dict[str, Any]:
     label = d.get("label")
     if label not in (None, "RETRIEVE", "SKIP"):
         raise ExportError(f"{path}, line {line}: a thread's label must be RETRIEVE or SKIP, got {label!r}")
-    item: dict[str, Any] = {"question": msgs[-1]["content"],
-                            "passages": [{"title": m.get("role", ""), "text": m["content"]} for m in msgs[:-1]]}
+    from suffice.serving.retrieval_gate import turns_as_passages
+
+    item: dict[str, Any] = {"question": msgs[-1]["content"], "passages": turns_as_passages(msgs[:-1])}
     if label is not None:
         item["label"] = int(label == "SKIP")
     return item

@@ -127,6 +127,8 @@ def _load_jsonl_splits(cfg: TrainConfig) -> Splits:
 def gate_rows(path: str | Path) -> list[dict[str, Any]]:
     """Retrieval-gate threads -> rows: question = latest user message, passages = earlier turns
     (title = role), label 1 = SKIP, 0 = RETRIEVE; threads opening with the same message share a group."""
+    from suffice.serving.retrieval_gate import turns_as_passages
+
     rows = []
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
@@ -142,7 +144,7 @@ def gate_rows(path: str | Path) -> list[dict[str, Any]]:
             first = msgs[0]["content"]
             rows.append({
                 "id": str(d["id"]), "question": msgs[-1]["content"],
-                "passages": [{"title": m["role"], "text": m["content"]} for m in msgs[:-1]],
+                "passages": turns_as_passages(msgs[:-1]),
                 "label": 1 if label == "SKIP" else 0, "level": "", "label_source": "gate-dataset",
                 "source": "retrieval-gate", "group": hashlib.sha1(first.encode()).hexdigest()[:12],
                 "gold_label": 1 if label == "SKIP" else 0, "variant": "", "parent_id": "", "kind": str(d.get("category") or ""),
