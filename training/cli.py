@@ -9,6 +9,7 @@ dependencies (torch, mlflow...) only when it runs, so ``suffice --help`` is inst
     suffice weak --config configs/sufficiency.yaml --out data/weak/demo-weak.jsonl
     suffice train --config configs/sufficiency.yaml   (or: accelerate launch -m suffice.training.train ...)
     suffice evaluate --model PATH --split test
+    suffice soup --models DIR DIR [...] --output_dir DIR
     suffice export --model PATH --out DIR
     suffice serve --bundle DIR
 """
@@ -25,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "weak": ("suffice.training.weak", "build rule-based weak-supervision pairs for an intermediate training stage"),
     "train": ("suffice.training.train", "train a sufficiency / retrieval-gate model (same as accelerate launch -m suffice.training.train)"),
     "evaluate": ("suffice.training.evaluate", "evaluate a model and the baselines on a split"),
+    "soup": ("suffice.training.soup", "average fine-tuned models of the same base into one (greedy or uniform model soup)"),
     "export": ("suffice.training.export", "merge, export to ONNX, quantise, check parity and write a bundle"),
     "fit-selective": ("suffice.training.selective", "fit the selective-answering model (sufficiency x confidence)"),
     "serve": ("suffice.serving.service", "start the HTTP service on a bundle"),
