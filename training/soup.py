@@ -15,7 +15,8 @@ Methods:
 - ``greedy`` (default, the paper's greedy soup): the ingredients are ranked by their own
   validation score (``--metric``, default the config's early-stopping metric); starting from the
   best, each next one joins when the average with it scores at least as well on validation. It
-  never returns a soup that is worse on validation than the best single ingredient.
+  never returns a soup that is worse on validation than the best single ingredient; when no
+  average beats that ingredient alone, it says so and writes nothing.
 - ``uniform``: the plain average of all ingredients.
 
 Ingredients must be trained-model directories written by ``suffice train`` (or registry versions
@@ -218,6 +219,12 @@ def soup(specs: Sequence[str], output_dir: str | Path, *, method: str = "greedy"
     else:
         kept, trace = list(range(len(ingredients))), []
     kept = sorted(kept)
+    if len(kept) == 1:
+        # the soup would be a copy of one ingredient: say so instead of registering a duplicate
+        print(f"  no average of the ingredients scores as well on validation {metric} as {ingredients[kept[0]].name} alone: "
+              f"use that model (nothing written)")
+        return {"output_dir": None, "kept": [ingredients[kept[0]].name], "validation": ingredients[kept[0]].validation,
+                "trace": trace}
     val, val_logits = evaluate_state(average([states[i] for i in kept]))
     print(f"  soup of {[ingredients[i].name for i in kept]}: {metric} {val[metric]:.4f} (macro-F1 {val['macro_f1']:.4f}, AUROC {val['auroc']:.4f})")
 
