@@ -74,9 +74,7 @@ def resolve_ingredient(spec: str) -> Ingredient:
 
 
 def check_compatible(ingredients: Sequence[Ingredient]) -> None:
-    """Raise :class:`SoupError` naming the first setting, tokenizer or tensor in which two ingredients differ."""
-    from safetensors import safe_open
-
+    """Raise :class:`SoupError` naming the first setting or tokenizer in which two ingredients differ."""
     from suffice.serving.bundle import sha256_file
 
     if len(ingredients) < 2:
@@ -93,18 +91,19 @@ def check_compatible(ingredients: Sequence[Ingredient]) -> None:
                                 f"{key}; leave one of them out or retrain it with the other's setting")
         if sha256_file(first.path / "tokenizer.json") != sha256_file(other.path / "tokenizer.json"):
             raise SoupError(f"{first.name} and {other.name} use different tokenizers: only models fine-tuned from the same base can be averaged")
-    shapes = []
-    for ing in ingredients:
-        with safe_open(str(ing.path / "model.safetensors"), "pt") as f:
-            shapes.append({k: tuple(f.get_slice(k).get_shape()) for k in f.keys()})
-    for ing, s in zip(ingredients[1:], shapes[1:]):
-        missing = sorted(set(shapes[0]) ^ set(s))
+
+
+def check_same_parameters(ingredients: Sequence[Ingredient], states: Sequence[Mapping[str, Any]]) -> None:
+    """Raise :class:`SoupError` naming the first parameter that is missing in, or shaped differently by, an ingredient."""
+    first, shapes0 = ingredients[0], {k: tuple(v.shape) for k, v in states[0].items()}
+    for ing, state in zip(ingredients[1:], states[1:]):
+        missing = sorted(set(shapes0) ^ set(state))
         if missing:
             raise SoupError(f"{first.name} and {ing.name} have different parameters (e.g. {missing[0]}): they are not the same "
                             "architecture (different --encoder_layers?); only models fine-tuned from the same base can be averaged")
-        diff = next((k for k in shapes[0] if shapes[0][k] != s[k]), None)
+        diff = next((k for k in shapes0 if shapes0[k] != tuple(state[k].shape)), None)
         if diff:
-            raise SoupError(f"{first.name} and {ing.name} differ in the shape of {diff} ({shapes[0][diff]} vs {s[diff]}): "
+            raise SoupError(f"{first.name} and {ing.name} differ in the shape of {diff} ({shapes0[diff]} vs {tuple(state[diff].shape)}): "
                             "only models fine-tuned from the same base can be averaged")
 
 
@@ -169,6 +168,8 @@ def soup(specs: Sequence[str], output_dir: str | Path, *, method: str = "greedy"
     out_dir = Path(output_dir)
     ingredients = [resolve_ingredient(s) for s in specs]
     check_compatible(ingredients)
+    states = [load_weights(i.path) for i in ingredients]
+    check_same_parameters(ingredients, states)  # before --overwrite clears anything
     if any(out_dir.resolve() == i.path.resolve() for i in ingredients):
         raise SoupError(f"--output_dir {out_dir} is one of the ingredients: write the soup to a new directory")
     if out_dir.exists() and any(out_dir.iterdir()):
@@ -203,7 +204,6 @@ def soup(specs: Sequence[str], output_dir: str | Path, *, method: str = "greedy"
         net.load_state_dict(state, strict=True)
         return validation_metrics(accelerator, model, val_dl, encoded["validation"], cfg, weights)
 
-    states = [load_weights(i.path) for i in ingredients]
     print(f"suffice soup: {len(ingredients)} ingredients, method {method}, metric validation {metric} ({len(encoded['validation'])} items)")
     for i, (ing, state) in enumerate(zip(ingredients, states)):
         ing.validation, _ = evaluate_state(state)

@@ -837,13 +837,14 @@ def _save_and_register(cfg: TrainConfig, model, base_dir: Path, out_dir: Path, m
         tracker.log_metrics(ev.report_metrics(test_report, "test"), step=state.epoch)
         tracker.log_artifacts(ev_dir, "evaluation")
     test = meta["metrics"].get("test") or {}
+    finetune = meta.get("finetune", cfg.finetune)  # "soup" for an averaged model (suffice soup)
     if cfg.tracking.register and tracker.enabled:
         version = tracker.register(cfg.registered_model, "model", tags={
             "task": cfg.task, "base_model": cfg.base_model, "label_source": meta["label_source"], "data_hash": meta["data_hash"],
-            "finetune": meta.get("finetune", cfg.finetune), "label_scheme": cfg.label_scheme,
+            "finetune": finetune, "label_scheme": cfg.label_scheme,
             "test_macro_f1": f"{test['macro_f1']:.4f}" if test.get("macro_f1") is not None else "n/a",
             "test_auroc": f"{test['auroc']:.4f}" if test.get("auroc") is not None else "n/a"},
-            description=f"{state.run_name}: {meta.get('finetune', cfg.finetune)} on {cfg.base_model}, {meta['label_source']} labels, data {meta['data_hash']}")
+            description=f"{state.run_name}: {finetune} on {cfg.base_model}, {meta['label_source']} labels, data {meta['data_hash']}")
         meta["mlflow"] = {"run_id": state.mlflow_run_id, "registered_model": cfg.registered_model, "version": version}
         write_model_meta(out_dir, meta)
         out["registered"] = f"models:/{cfg.registered_model}/{version}"
