@@ -27,6 +27,8 @@ MODEL_FP32 = "model.onnx"
 MODEL_INT8 = "model.int8.onnx"
 TOKENIZER = "tokenizer.json"
 TASKS = ("sufficiency", "retrieval_gate")
+# The three sufficiency levels, most to least sufficient: the one place that names them.
+LEVELS = ("sufficient", "partial", "insufficient")
 STRATEGIES = ("select", "truncate", "recent", "select_lines")
 DEFAULT_THRESHOLDS = {
     "sufficiency": {"sufficient": 0.8, "partial": 0.5},

@@ -1,0 +1,84 @@
+"""JSON Lines in and strict JSON out: the one reader every stage uses, and the one JSON-safe mapper.
+
+Every JSONL file suffice reads (items, labels, synthetic questions, gate threads, batch-scoring
+input) goes through :func:`iter_jsonl`, so a bad line is always reported the same way: the file,
+the line number, what was wrong and the fix. Blank lines are skipped.
+
+>>> import tempfile, pathlib
+>>> p = pathlib.Path(tempfile.mkdtemp()) / "x.jsonl"
+>>> _ = p.write_text('{"id": 1}\\n\\n{"id": 2}\\n')
+>>> [(n, row["id"]) for n, row in iter_jsonl(p)]
+[(1, 1), (3, 2)]
+>>> json_safe({"auroc": float("nan"), "n": [1.5, float("inf")]})
+{'auroc': None, 'n': [1.5, None]}
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Any, Iterator, Mapping
+
+
+class JSONLError(ValueError):
+    """A JSON Lines file has a line that is not a JSON object; the message names the file and line."""
+
+
+def iter_jsonl(path: str | os.PathLike, what: str = "a JSON object") -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(line_number, object)`` for every non-blank line of a JSONL file, reading line by line.
+
+    ``what`` describes the expected object in the error message (``"an item with id, question and
+    passages"``). A line that is not valid JSON, or not an object, raises :class:`JSONLError`
+    naming the file and the 1-based line number.
+
+    >>> next(iter_jsonl(__import__("io").StringIO('{"a": 1}')))  # doctest: +SKIP
+    """
+    with open(path, "rb") as f:
+        for line_no, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                raise JSONLError(f"{os.fspath(path)}, line {line_no}: not valid JSON ({e}); fix or remove the line") from e
+            if not isinstance(obj, dict):
+                raise JSONLError(f"{os.fspath(path)}, line {line_no}: expected {what}, got a JSON {type(obj).__name__}; "
+                                 "each line must hold one JSON object")
+            yield line_no, obj
+
+
+def read_jsonl(path: str | os.PathLike, what: str = "a JSON object") -> list[dict[str, Any]]:
+    """All objects of a JSONL file (see :func:`iter_jsonl`).
+
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "x.jsonl"; _ = p.write_text('{"a": 1}\\n')
+    >>> read_jsonl(p)
+    [{'a': 1}]
+    """
+    return [obj for _, obj in iter_jsonl(path, what)]
+
+
+def json_safe(x: Any) -> Any:
+    """Strict-JSON form of nested values: NaN/inf -> None, numpy scalars/arrays -> Python numbers/lists,
+    dates -> ISO strings, string enums -> their value, mapping keys -> str, anything else unknown -> str.
+
+    >>> import numpy as np
+    >>> json_safe({"n": np.int64(3), "v": np.array([0.5, np.nan])})
+    {'n': 3, 'v': [0.5, None]}
+    """
+    if isinstance(x, bool) or x is None or isinstance(x, (str, int)):
+        return x
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, Mapping):
+        return {str(k): json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [json_safe(v) for v in x]
+    if hasattr(x, "tolist"):  # numpy scalars and arrays
+        return json_safe(x.tolist())
+    if hasattr(x, "isoformat"):  # dates and timestamps (Parquet)
+        return x.isoformat()
+    if isinstance(getattr(x, "value", None), str):  # str enums
+        return x.value
+    return str(x)
