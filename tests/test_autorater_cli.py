@@ -19,7 +19,7 @@ from test_autorater_http import KEY_ENV, SECRET, expected_label, judge, make_ite
 
 from suffice.training.autorater.agreement import cohen_kappa, compare
 from suffice.training.autorater.cli import main
-from suffice.training.loaders import gold_label, load_items, read_autorater_labels
+from suffice.training.data.loaders import gold_label, load_items, read_autorater_labels
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE_ITEMS = REPO / "tests" / "fixtures" / "shared" / "items.jsonl"

@@ -2,7 +2,7 @@
 
 A label source is a rater in the store (``NAME`` or ``NAME@VERSION``), the shipped teacher file
 (``cached`` / ``llm-autorater-v1`` when the store does not hold it), or ``gold`` (the label each
-dataset's own annotations imply, :func:`suffice.training.loaders.gold_label`). Only items both
+dataset's own annotations imply, :func:`suffice.training.data.loaders.gold_label`). Only items both
 sources labelled are compared; unparsed rows are left out and counted.
 
 >>> round(cohen_kappa([1, 1, 0, 0], [1, 0, 0, 0]), 3)

@@ -26,7 +26,7 @@ from typing import Any
 
 from suffice.training.autorater.config import DEFAULT_CONFIG, RATERS, LabelingConfig
 from suffice.training.config import ConfigError, build_config
-from suffice.training.schema import LEVELS, DataFormatError
+from suffice.training.data.schema import LEVELS, DataFormatError
 
 PROG = "suffice label"
 ACTIONS = ("import", "agreement", "list")
@@ -125,7 +125,7 @@ def run_label(argv: list[str]) -> int:
     from suffice.training.autorater.raters import RaterConfigError, RaterFatalError, build_rater
     from suffice.training.autorater.runner import label_items, log_to_mlflow
     from suffice.training.autorater.store import LabelStore
-    from suffice.training.loaders import load_items
+    from suffice.training.data.loaders import load_items
 
     try:
         cfg = _config(args.config, _overrides(args, rest))
@@ -167,7 +167,7 @@ def run_label(argv: list[str]) -> int:
 def run_import(args: argparse.Namespace, cfg: LabelingConfig) -> int:
     from suffice.training.autorater.raters import CACHED_VERSION
     from suffice.training.autorater.store import LabelRecord, LabelStore
-    from suffice.training.loaders import read_autorater_labels
+    from suffice.training.data.loaders import read_autorater_labels
 
     path = args.path or cfg.cached_labels_path()
     labels = read_autorater_labels(path)
@@ -215,7 +215,7 @@ class _Sources:
 
     def items(self) -> list:
         if self._items is None:
-            from suffice.training.loaders import load_items
+            from suffice.training.data.loaders import load_items
             from suffice.training.paths import data_dir
 
             path = self.items_path or data_dir() / "items.jsonl"
@@ -231,7 +231,7 @@ class _Sources:
         from suffice.training.autorater.store import LabelStore
 
         if spec == "gold":
-            from suffice.training.loaders import gold_label, gold_level
+            from suffice.training.data.loaders import gold_label, gold_level
 
             fn = gold_level if self.levels else gold_label
             out = {it.id: fn(it) for it in self.items()}
@@ -255,7 +255,7 @@ class _Sources:
                     return f"{rater}@{version}", {r.item_id: value(r) for r in rows if r.status == "ok" and value(r) is not None}
         elif name != "llm-autorater-v1":
             raise KeyError(f"no label store at {store_path}: run `{PROG} --input ... --rater ...` first, or compare `cached` / `gold`")
-        from suffice.training.loaders import read_autorater_labels
+        from suffice.training.data.loaders import read_autorater_labels
 
         path = self.cfg.cached_labels_path()
         labels = read_autorater_labels(path)

@@ -1,4 +1,4 @@
-"""Raters: anything that turns an :class:`~suffice.training.schema.Item` into a sufficiency label.
+"""Raters: anything that turns an :class:`~suffice.training.data.schema.Item` into a sufficiency label.
 
 One small interface (:class:`Rater`: ``id``, ``prompt_version``, ``async rate(item) -> Rating``,
 ``aclose()``) and three implementations:
@@ -14,7 +14,7 @@ The API key is read from the environment variable the config names, kept only in
 client's headers, and scrubbed from any server text the rater stores or reports.
 
 >>> import asyncio
->>> from suffice.training.schema import Item, Passage
+>>> from suffice.training.data.schema import Item, Passage
 >>> rater = LexicalRater()
 >>> item = Item(id="demo:1", question="Where is Lima?", passages=[Passage("Lima", "Lima is in Peru.")])
 >>> asyncio.run(rater.rate(item)).label
@@ -39,7 +39,7 @@ from typing import Any
 from suffice.training.autorater.config import LabelingConfig
 from suffice.training.autorater.parsing import VerdictParseError, parse_verdict
 from suffice.training.autorater.prompts import SufficiencyPrompt, get_prompt
-from suffice.training.schema import Item
+from suffice.training.data.schema import Item
 
 log = logging.getLogger("suffice.autorater")
 
@@ -316,7 +316,7 @@ class CachedRater(Rater):
     kind = "cached"
 
     def __init__(self, cfg: LabelingConfig):
-        from suffice.training.loaders import read_autorater_labels
+        from suffice.training.data.loaders import read_autorater_labels
 
         path = cfg.cached_labels_path()
         try:

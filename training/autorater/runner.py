@@ -7,7 +7,7 @@ cost, label distribution) that :meth:`Accounting.format` prints and :func:`log_t
 
 >>> from suffice.training.autorater.raters import LexicalRater
 >>> from suffice.training.autorater.store import LabelStore
->>> from suffice.training.schema import Item, Passage
+>>> from suffice.training.data.schema import Item, Passage
 >>> items = [Item(id="d:1", question="Where is Lima?", passages=[Passage("Lima", "Lima is in Peru.")])]
 >>> with LabelStore(":memory:") as store:
 ...     acc = label_items(items, LexicalRater(), store, progress=False)
@@ -28,7 +28,7 @@ from typing import Any, Awaitable, Callable, Sequence
 
 from suffice.training.autorater.raters import Rater, RaterFatalError, Rating
 from suffice.training.autorater.store import LabelRecord, LabelStore
-from suffice.training.schema import Item
+from suffice.training.data.schema import Item
 
 log = logging.getLogger("suffice.autorater")
 

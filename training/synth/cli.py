@@ -48,8 +48,8 @@ from typing import Any, Sequence
 
 from suffice.training.autorater.config import DEFAULT_CONFIG, RATERS, LabelingConfig
 from suffice.training.config import ConfigError, build_config, config_from_dict, parse_overrides
-from suffice.training.schema import SPLITS, DataFormatError, Item, Passage
-from suffice.training.synth_generation import (
+from suffice.training.data.schema import SPLITS, DataFormatError, Item, Passage
+from suffice.training.synth.generate import (
     ALL_KINDS,
     MODES,
     MULTI_KINDS,
@@ -115,7 +115,7 @@ class SynthConfig:
     experiment: str = "synth"
 
     def __post_init__(self) -> None:
-        from suffice.training.loaders import FORMATS
+        from suffice.training.data.loaders import FORMATS
 
         if self.format not in ("auto", "passages", *FORMATS):
             raise ConfigError(f"format={self.format!r} is unknown: choose auto, passages or one of {list(FORMATS)}")
@@ -187,7 +187,7 @@ def load_corpus(path: str | Path, format: str = "auto", *, split: str | None = N
     >>> [e.split for e in load_corpus("tests/fixtures/passages.txt", split="train")]  # doctest: +SKIP
     ['train', 'train']
     """
-    from suffice.training.loaders import detect_format, hash_split, load_items, load_passages, supporting_positions
+    from suffice.training.data.loaders import detect_format, hash_split, load_items, load_passages, supporting_positions
 
     p = Path(path)
     if not p.is_file():
@@ -276,7 +276,7 @@ def normalize_question(q: str) -> str:
 
 def existing_questions(entries: Sequence[CorpusEntry], files: Sequence[str]) -> set[str]:
     """Normalised questions not to repeat: the corpus's own and those of every ``files`` entry (any loader format)."""
-    from suffice.training.loaders import load_items
+    from suffice.training.data.loaders import load_items
 
     out = {normalize_question(e.question) for e in entries if e.question}
     for f in files:
@@ -606,7 +606,7 @@ def rejudge(path: str | Path, synth: SynthConfig, cfg: LabelingConfig, *, progre
     0.04
     """
     from suffice.training.autorater.raters import RaterFatalError
-    from suffice.training.loaders import load_items
+    from suffice.training.data.loaders import load_items
 
     started = time.monotonic()
     items = list(load_items(path, "canonical"))
@@ -708,7 +708,7 @@ def import_synthetic(path: str | Path, cfg: LabelingConfig) -> list[tuple[str, i
     """
     from suffice.training.autorater.raters import CACHED_VERSION
     from suffice.training.autorater.store import LabelRecord
-    from suffice.training.loaders import load_items
+    from suffice.training.data.loaders import load_items
 
     items = load_items(path, "canonical")
     by_writer: dict[str, list[tuple[str, LabelRecord]]] = defaultdict(list)
