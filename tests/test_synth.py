@@ -15,15 +15,8 @@ import pytest
 from llm_server import FakeLLMServer, Reply, messages_text
 
 from suffice.training.synth.cli import SynthConfig, load_corpus, main, make_seeds, normalize_question
-from suffice.training.synth.generate import (
-    SINGLE_KINDS,
-    UNANSWERABLE_KINDS,
-    GenerationPrompt,
-    GenerationParseError,
-    extract_questions,
-    split_counts,
-    validate_question,
-)
+from suffice.training.synth.prompt import SINGLE_KINDS, UNANSWERABLE_KINDS, GenerationPrompt, split_counts
+from suffice.training.synth.questions import GenerationParseError, extract_questions, validate_question
 
 REPO = Path(__file__).resolve().parent.parent
 FIX = REPO / "tests" / "fixtures"

@@ -94,7 +94,8 @@ class _StderrHandler(logging.StreamHandler):
         pass
 
 
-def _setup_logging(verbose: bool) -> None:
+def setup_logging(verbose: bool) -> None:
+    """Log suffice's messages to stderr (DEBUG with ``verbose``); shared by ``suffice label`` and ``suffice synth``."""
     # Only suffice's logger gets DEBUG: httpx/httpcore debug logs are not ours to vet for secrets.
     logger = logging.getLogger("suffice")
     if not any(isinstance(h, _StderrHandler) for h in logger.handlers):
@@ -121,7 +122,7 @@ def _overrides(args: argparse.Namespace, rest: list[str]) -> list[str]:
 
 def run_label(argv: list[str]) -> int:
     args, rest = _label_parser().parse_known_args(argv)
-    _setup_logging(args.verbose)
+    setup_logging(args.verbose)
     from suffice.training.autorater.raters import RaterConfigError, RaterFatalError, build_rater
     from suffice.training.autorater.runner import label_items, log_to_mlflow
     from suffice.training.autorater.store import LabelStore

@@ -187,10 +187,52 @@ async def run_bounded(todo: Sequence[Any], handle: Callable[[Any], Awaitable[Non
             raise t.exception()
 
 
-def _record(rating: Rating) -> LabelRecord:
-    return LabelRecord(status=rating.status, label=rating.label, level=rating.level, rationale=rating.rationale,
-                       raw=rating.raw, tokens_in=rating.tokens_in, tokens_out=rating.tokens_out,
-                       latency_s=round(rating.latency_s, 6), attempts=max(1, rating.requests))
+async def run_resumable(todo: Sequence[Any], call: Callable[[Any], Awaitable[Rating]], store: Callable[[Any, Rating], bool],
+                        acc: Accounting, *, concurrency: int, desc: str, unit: str, progress: bool,
+                        aclose: Callable[[], Awaitable[None]]) -> Accounting:
+    """The resumable worker loop of labelling and question generation: ``call`` every unit of ``todo``
+    (at most ``concurrency`` at once), count its result into ``acc``, and ``store(unit, result)`` each
+    ``ok``/``unparsed`` result as it arrives (False: another run stored it first); failed results are
+    not stored, so the next run retries them. A :class:`RaterFatalError` stops the run with what was done
+    attached as ``e.accounting``; ``aclose`` runs at the end whatever happens.
+
+    >>> acc = asyncio.run(run_resumable(todo, rater.rate, put, acc, concurrency=4, desc="label r", unit="item",  # doctest: +SKIP
+    ...                                 progress=False, aclose=rater.aclose))
+    """
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=len(todo), desc=desc, unit=unit, disable=not progress, file=sys.stderr, dynamic_ncols=True, smoothing=0.1)
+    started = time.monotonic()
+
+    async def handle(unit_: Any) -> None:
+        result = await call(unit_)
+        acc.add(result)
+        if result.status == "failed":
+            acc.failed += 1
+        elif store(unit_, result):
+            if result.status == "ok":
+                acc.stored_ok += 1
+            else:
+                acc.stored_unparsed += 1
+        else:
+            acc.not_stored_duplicate += 1
+        bar.update(1)
+        bar.set_postfix(cost=f"${acc.cost_usd:.4f}", unparsed=acc.stored_unparsed, failed=acc.failed, refresh=False)
+
+    try:
+        await run_bounded(todo, handle, concurrency)
+    except RaterFatalError as e:
+        acc.stopped = str(e)
+        e.accounting = acc  # the caller still prints and logs what was done before the stop
+        raise
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        acc.stopped = "interrupted"
+        raise
+    finally:
+        acc.elapsed_s = time.monotonic() - started
+        bar.close()
+        await aclose()
+    return acc
 
 
 async def label_items_async(items: Sequence[Item], rater: Rater, store: LabelStore, *, concurrency: int = 8,
@@ -215,41 +257,11 @@ async def label_items_async(items: Sequence[Item], rater: Rater, store: LabelSto
     todo = [it for it in unique if it.id not in done]
     acc.skipped, acc.to_label = len(unique) - len(todo), len(todo)
 
-    from tqdm.auto import tqdm
+    def put(item: Item, rating: Rating) -> bool:
+        return store.put(rater.id, rater.prompt_version, item.id, LabelRecord.from_rating(rating), replace_unparsed=retry_unparsed)
 
-    bar = tqdm(total=len(todo), desc=f"label {rater.id}", unit="item", disable=not progress, file=sys.stderr,
-               dynamic_ncols=True, smoothing=0.1)
-    started = time.monotonic()
-
-    async def handle(item: Item) -> None:
-        rating = await rater.rate(item)
-        acc.add(rating)
-        if rating.status == "failed":
-            acc.failed += 1
-        elif store.put(rater.id, rater.prompt_version, item.id, _record(rating), replace_unparsed=retry_unparsed):
-            if rating.status == "ok":
-                acc.stored_ok += 1
-            else:
-                acc.stored_unparsed += 1
-        else:
-            acc.not_stored_duplicate += 1
-        bar.update(1)
-        bar.set_postfix(cost=f"${acc.cost_usd:.4f}", unparsed=acc.stored_unparsed, failed=acc.failed, refresh=False)
-
-    try:
-        await run_bounded(todo, handle, concurrency)
-    except RaterFatalError as e:
-        acc.stopped = str(e)
-        e.accounting = acc  # the caller still prints and logs what was done before the stop
-        raise
-    except (asyncio.CancelledError, KeyboardInterrupt):
-        acc.stopped = "interrupted"
-        raise
-    finally:
-        acc.elapsed_s = time.monotonic() - started
-        bar.close()
-        await rater.aclose()
-    return acc
+    return await run_resumable(todo, rater.rate, put, acc, concurrency=concurrency, desc=f"label {rater.id}", unit="item",
+                               progress=progress, aclose=rater.aclose)
 
 
 def label_items(items: Sequence[Item], rater: Rater, store: LabelStore, *, concurrency: int = 8,

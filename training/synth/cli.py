@@ -848,11 +848,11 @@ def _judge_prompt_text(synth: SynthConfig, cfg: LabelingConfig) -> str | None:
 
 
 def run_synth(argv: list[str]) -> int:
-    from suffice.training.autorater.cli import _setup_logging
+    from suffice.training.autorater.cli import setup_logging
     from suffice.training.autorater.raters import RaterConfigError
 
     args, rest = _parser().parse_known_args(argv)
-    _setup_logging(args.verbose)
+    setup_logging(args.verbose)
     try:
         synth_over, llm_over = _split_overrides(rest)
         cfg = _labeling_config(args, llm_over)
@@ -875,11 +875,11 @@ def run_synth(argv: list[str]) -> int:
 
 
 def run_judge(argv: list[str]) -> int:
-    from suffice.training.autorater.cli import _setup_logging
+    from suffice.training.autorater.cli import setup_logging
     from suffice.training.autorater.raters import RaterConfigError
 
     args, rest = _action_parser("judge").parse_known_args(argv)
-    _setup_logging(args.verbose)
+    setup_logging(args.verbose)
     try:
         synth_over, llm_over = _split_overrides(rest)
         cfg = _labeling_config(args, llm_over)
