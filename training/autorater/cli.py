@@ -26,7 +26,8 @@ from typing import Any
 
 from suffice.training.autorater.config import DEFAULT_CONFIG, RATERS, LabelingConfig
 from suffice.training.config import ConfigError, build_config
-from suffice.training.data.schema import LEVELS, DataFormatError
+from suffice.serving.bundle import LEVELS
+from suffice.training.data.schema import DataFormatError
 
 PROG = "suffice label"
 ACTIONS = ("import", "agreement", "list")

@@ -12,7 +12,8 @@ from typing import Any, Callable, Iterator, Sequence
 
 from suffice.training.data.records import (JSONL_SUFFIXES, Record, iter_record_lines, iter_records, load_json_document,
                                            located_error, short_repr)
-from suffice.training.data.schema import LEVELS, SPLITS, DataFormatError, Item, Passage, level_to_label
+from suffice.serving.bundle import LEVELS
+from suffice.training.data.schema import SPLITS, DataFormatError, Item, Passage, level_to_label
 
 FORMATS = ("squad2", "hotpotqa", "musique", "qed", "canonical")
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from suffice.serving.bundle import LEVELS  # the bundle names the levels; re-exported here for the data readers
+from suffice.serving.bundle import LEVELS  # noqa: F401  (re-exported: the bundle names the levels)
 
 LABEL_SOURCES = ("autorater", "gold", "synthetic", "constructed", "rater")
 SPLITS = ("train", "validation", "test")
