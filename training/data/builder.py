@@ -33,12 +33,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from suffice.training.config import ConfigError, config_to_dict
-from suffice.training.data.loaders import (LoadReport, gold_label, gold_level, hash_split, load_items,
-                                      read_autorater_labels, sha256_file)
-from suffice.training.paths import data_dir as resolve_data_dir
-from suffice.training.paths import prepared_dir
+from suffice.training.data.labels import agreement_by_source, apply_labels, cohen_kappa  # noqa: F401  (cohen_kappa: re-exported)
+from suffice.training.data.loaders import (LoadReport, gold_label, hash_split, load_items,
+                                           read_autorater_labels, sha256_file)
 from suffice.training.data.schema import SPLITS, DataFormatError, Item
 from suffice.training.data.variants import RULES, make_variants
+from suffice.training.paths import data_dir as resolve_data_dir
+from suffice.training.paths import prepared_dir
 
 COLUMNS = ("id", "question", "passages", "label", "level", "label_source", "split", "source", "group",
            "variant", "parent_id", "gold_label", "kind", "generator")
@@ -108,67 +109,6 @@ class DataConfig:
             hash_split("check", self.extra_split_fractions)
         except ValueError as e:
             raise ConfigError(f"extra_split_fractions: {e}") from None
-
-
-# ---------------------------------------------------------------- labelling and agreement
-
-
-def cohen_kappa(a: list[int], b: list[int]) -> float | None:
-    """Cohen's kappa of two binary label lists (None when undefined: empty, or chance agreement is 1).
-
-    >>> cohen_kappa([1, 0, 1, 0], [1, 0, 0, 0])
-    0.5
-    """
-    n = len(a)
-    if n == 0 or n != len(b):
-        return None
-    po = sum(x == y for x, y in zip(a, b)) / n
-    pa, pb = sum(a) / n, sum(b) / n
-    pe = pa * pb + (1 - pa) * (1 - pb)
-    return None if pe >= 1 else round((po - pe) / (1 - pe), 4)
-
-
-def agreement_by_source(items: list[Item], teacher: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Teacher vs gold per source over items that have both: n, accuracy, kappa, positive rates."""
-    pairs: dict[str, list[tuple[int, int]]] = defaultdict(list)
-    for it in items:
-        g, t = gold_label(it), teacher.get(it.id)
-        if g is not None and t is not None:
-            pairs[it.source or "?"].append((t["label"], g))
-    out = {}
-    for src, ps in sorted(pairs.items()):
-        t, g = [p[0] for p in ps], [p[1] for p in ps]
-        out[src] = {"n": len(ps), "accuracy": round(sum(x == y for x, y in ps) / len(ps), 4), "kappa": cohen_kappa(t, g),
-                    "teacher_sufficient": round(sum(t) / len(t), 4), "gold_sufficient": round(sum(g) / len(g), 4)}
-    return out
-
-
-def _apply_labels(items: list[Item], teacher: dict[str, dict[str, Any]], cfg: DataConfig, dropped: Counter) -> list[Item]:
-    other = "gold" if cfg.label_source == "autorater" else "autorater"
-
-    def lookup(it: Item, source: str) -> tuple[int, str | None] | None:
-        if source == "autorater":
-            t = teacher.get(it.id)
-            return (t["label"], t["level"]) if t else None
-        g = gold_label(it)
-        return None if g is None else (g, gold_level(it))
-
-    kept = []
-    for it in items:
-        if it.label is not None:  # a user file that brought its own label keeps it
-            kept.append(it)
-            continue
-        found = lookup(it, cfg.label_source)
-        used = cfg.label_source
-        if found is None and cfg.fallback == "other":
-            found, used = lookup(it, other), other
-        if found is None and cfg.fallback == "drop":
-            dropped[f"no {cfg.label_source} label (fallback=drop)"] += 1
-            continue
-        if found is not None:
-            it.label, it.level, it.label_source = found[0], found[1], used
-        kept.append(it)
-    return kept
 
 
 # ---------------------------------------------------------------- building
@@ -270,7 +210,7 @@ def build(cfg: DataConfig, progress: bool = True) -> tuple[Any, dict[str, Any]]:
         raise FileNotFoundError(f"{labels_path} is missing but label_source=autorater: add it, or use --label_source=gold or --fallback=other")
     agreement = agreement_by_source(items, teacher)
     teacher_unmatched = len(set(teacher) - known_ids)
-    items = _apply_labels(items, teacher, cfg, dropped)
+    items = apply_labels(items, teacher, cfg.label_source, cfg.fallback, dropped)
 
     if cfg.include_variants:
         items += make_variants(items, rules=cfg.variant_rules, per_item=cfg.variants_per_item, seed=cfg.seed,

@@ -12,7 +12,9 @@ line, which is what the simple readers want).
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -171,3 +173,24 @@ def load_json_document(path: Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise located_error("malformed JSON", f"malformed JSON ({e.msg} at column {e.colno})", path, e.lineno, None) from None
+
+
+def write_jsonl_atomic(rows: Sequence[dict[str, Any]], path: str | os.PathLike) -> str:
+    """Write ``rows`` as JSON Lines (UTF-8, non-ASCII kept) through a temporary file and a rename, so a
+    killed run never leaves half a file; returns the sha256 of the written lines (without newlines).
+
+    >>> import tempfile; p = Path(tempfile.mkdtemp()) / "x.jsonl"
+    >>> len(write_jsonl_atomic([{"id": 1}], p)), p.read_text()
+    (64, '{"id": 1}\n')
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    h = hashlib.sha256()
+    with tmp.open("w", encoding="utf-8") as f:
+        for r in rows:
+            line = json.dumps(r, ensure_ascii=False)
+            h.update(line.encode())
+            f.write(line + "\n")
+    os.replace(tmp, path)
+    return h.hexdigest()

@@ -47,7 +47,6 @@ input hash sits beside it (``<out>.manifest.json``).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import random
@@ -60,6 +59,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from suffice.serving.lexical import QUESTION_WORDS, STOPWORDS, entities, tokenize_words
 from suffice.serving.packing import split_sentences
+from suffice.training.data.records import write_jsonl_atomic
 
 RULES = ("swap_entity", "swap_number", "swap_term", "drop_other_sentence")
 POSITIVE_RULES = frozenset({"drop_other_sentence"})
@@ -310,18 +310,10 @@ def build_weak_file(dsd, out: str | os.PathLike, cfg: WeakConfig, answers: Mappi
         if split in dsd:
             rows += [_row_to_item(dict(r, split=split), answers) for r in dsd[split]]
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
-    h = hashlib.sha256()
-    with open(tmp, "w", encoding="utf-8") as f:
-        for r in rows:
-            line = json.dumps(r, ensure_ascii=False)
-            h.update(line.encode())
-            f.write(line + "\n")
-    os.replace(tmp, out)
+    rows_sha256 = write_jsonl_atomic(rows, out)
     by_rule = Counter(p["variant"] for p in pairs)
     manifest = {
-        "file": str(out), "sha256_of_rows": h.hexdigest(), "config": asdict(cfg),
+        "file": str(out), "sha256_of_rows": rows_sha256, "config": asdict(cfg),
         "parents": len(parents), "pairs": len(pairs), "pairs_by_rule": dict(sorted(by_rule.items())),
         "pairs_by_label": dict(sorted(Counter(p["label"] for p in pairs).items())),
         "rows_by_split": dict(sorted(Counter(r["split"] for r in rows).items())),

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
-import os
 from pathlib import Path
 from typing import Any, Sequence
 
+from suffice.training.data.records import write_jsonl_atomic
 from suffice.training.data.schema import Item
 from suffice.training.synth.corpus import normalize_question
 from suffice.training.synth.generate import Seed
@@ -90,9 +89,4 @@ def synthetic_row(it: Item, judge: str | None) -> dict[str, Any]:
 
 def write_jsonl(rows: Sequence[dict[str, Any]], path: Path) -> None:
     """Write atomically (a killed run never leaves half a file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with tmp.open("w", encoding="utf-8") as f:
-        for r in rows:
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
+    write_jsonl_atomic(rows, path)
