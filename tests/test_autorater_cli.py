@@ -236,7 +236,7 @@ def test_labeling_yaml_documents_every_field():
 
     import yaml
 
-    from suffice.training.autorater.config import DEFAULT_CONFIG, LabelingConfig
+    from suffice.training.autorater.labeling_config import DEFAULT_CONFIG, LabelingConfig
     from suffice.training.config import build_config
 
     keys = set(yaml.safe_load(DEFAULT_CONFIG.read_text()))
@@ -253,7 +253,7 @@ def test_labeling_yaml_documents_every_field():
     (["--extra_body={temperature: 1}"], "temperature is always 0"),
 ])
 def test_config_checks(overrides, message):
-    from suffice.training.autorater.config import LabelingConfig
+    from suffice.training.autorater.labeling_config import LabelingConfig
     from suffice.training.config import ConfigError, build_config
 
     with pytest.raises(ConfigError, match=message):

@@ -14,7 +14,7 @@ import httpx
 import pytest
 from llm_server import FakeLLMServer, Reply, messages_text
 
-from suffice.training.autorater.config import LabelingConfig
+from suffice.training.autorater.labeling_config import LabelingConfig
 from suffice.training.autorater.raters import OpenAICompatibleRater, RaterConfigError, RaterFatalError, parse_retry_after
 from suffice.training.autorater.runner import label_items
 from suffice.training.autorater.store import LabelStore

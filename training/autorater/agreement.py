@@ -16,6 +16,8 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Hashable, Mapping, Sequence
 
+from suffice.serving.jsonl import json_safe
+
 
 def cohen_kappa(a: Sequence[Hashable], b: Sequence[Hashable]) -> float:
     """Cohen's kappa of two equally long label sequences (nan when chance agreement is 1: kappa is undefined).
@@ -50,7 +52,8 @@ class SourceAgreement:
 
     def to_dict(self) -> dict[str, Any]:
         def num(x: float) -> float | None:
-            return None if isinstance(x, float) and math.isnan(x) else round(x, 4)
+            x = json_safe(x)  # NaN (undefined on no items) -> None
+            return None if x is None else round(x, 4)
 
         return {"source": self.source, "n": self.n, "accuracy": num(self.accuracy), "kappa": num(self.kappa),
                 "share_a_positive": num(self.share_a_positive), "share_b_positive": num(self.share_b_positive),

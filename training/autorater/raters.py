@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from datetime import timezone
 from typing import Any
 
-from suffice.training.autorater.config import LabelingConfig
+from suffice.training.autorater.labeling_config import LabelingConfig
 from suffice.training.autorater.parsing import VerdictParseError, parse_verdict
 from suffice.training.autorater.prompts import SufficiencyPrompt, get_prompt
 from suffice.training.data.schema import Item

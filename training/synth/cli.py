@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from suffice.training.autorater.cli import setup_logging
-from suffice.training.autorater.config import DEFAULT_CONFIG, RATERS, LabelingConfig
+from suffice.training.autorater.labeling_config import DEFAULT_CONFIG, RATERS, LabelingConfig
 from suffice.training.autorater.prompts import get_prompt
 from suffice.training.autorater.raters import RaterConfigError
 from suffice.training.config import ConfigError, build_config, config_from_dict, parse_overrides

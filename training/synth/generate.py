@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from suffice.training.autorater.config import LabelingConfig
+from suffice.training.autorater.labeling_config import LabelingConfig
 from suffice.training.autorater.raters import GiveUp, OpenAICompatibleRater, Rating
 from suffice.training.autorater.runner import Accounting, run_resumable
 from suffice.training.data.schema import Passage

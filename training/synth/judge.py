@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Sequence
 
-from suffice.training.autorater.config import LabelingConfig
+from suffice.training.autorater.labeling_config import LabelingConfig
 from suffice.training.autorater.raters import LexicalRater, OpenAICompatibleRater, RaterFatalError
 from suffice.training.autorater.runner import label_items_async
 from suffice.training.data.schema import Item

@@ -11,7 +11,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from suffice.training.autorater.config import LabelingConfig
+from suffice.training.autorater.labeling_config import LabelingConfig
 from suffice.training.data.schema import SPLITS
 from suffice.training.synth.config import SynthConfig
 from suffice.training.synth.generate import GenerationAccounting

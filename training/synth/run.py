@@ -10,7 +10,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Awaitable, Callable
 
-from suffice.training.autorater.config import LabelingConfig
+from suffice.training.autorater.labeling_config import LabelingConfig
 from suffice.training.autorater.raters import CACHED_VERSION, RaterFatalError
 from suffice.training.autorater.store import LabelRecord
 from suffice.training.data.loaders import load_items
