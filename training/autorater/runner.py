@@ -187,6 +187,21 @@ async def run_bounded(todo: Sequence[Any], handle: Callable[[Any], Awaitable[Non
             raise t.exception()
 
 
+def pending(unique: Sequence[Any], done: set[str], acc: Accounting) -> list[Any]:
+    """The units of ``unique`` (each with an ``id``) whose id is not in ``done`` (already stored), in order;
+    counts them into ``acc`` (``items_in_input``, ``skipped``, ``to_label``).
+
+    >>> from types import SimpleNamespace as U
+    >>> acc = Accounting("r", "v")
+    >>> [u.id for u in pending([U(id="a"), U(id="b")], {"a"}, acc)], acc.skipped
+    (['b'], 1)
+    """
+    acc.items_in_input = len(unique)
+    todo = [u for u in unique if u.id not in done]
+    acc.skipped, acc.to_label = len(unique) - len(todo), len(todo)
+    return todo
+
+
 async def run_resumable(todo: Sequence[Any], call: Callable[[Any], Awaitable[Rating]], store: Callable[[Any, Rating], bool],
                         acc: Accounting, *, concurrency: int, desc: str, unit: str, progress: bool,
                         aclose: Callable[[], Awaitable[None]]) -> Accounting:
@@ -251,11 +266,8 @@ async def label_items_async(items: Sequence[Item], rater: Rater, store: LabelSto
         if it.id not in seen:
             seen.add(it.id)
             unique.append(it)
-    acc.items_in_input = len(unique)
     store.register_rater(rater.id, rater.prompt_version, **rater.describe())
-    done = store.done_ids(rater.id, rater.prompt_version, include_unparsed=not retry_unparsed)
-    todo = [it for it in unique if it.id not in done]
-    acc.skipped, acc.to_label = len(unique) - len(todo), len(todo)
+    todo = pending(unique, store.done_ids(rater.id, rater.prompt_version, include_unparsed=not retry_unparsed), acc)
 
     def put(item: Item, rating: Rating) -> bool:
         return store.put(rater.id, rater.prompt_version, item.id, LabelRecord.from_rating(rating), replace_unparsed=retry_unparsed)

@@ -28,6 +28,16 @@ from typing import Any, ClassVar, Iterable, Sequence
 STATUSES = ("ok", "unparsed")
 SCHEMA_VERSION = "1"
 
+# The columns every stored reply has (labels and synth's generations), after its payload columns.
+REPLY_COLUMNS_SQL = """\
+    raw             TEXT,
+    tokens_in       INTEGER NOT NULL DEFAULT 0,
+    tokens_out      INTEGER NOT NULL DEFAULT 0,
+    latency_s       REAL,
+    attempts        INTEGER NOT NULL DEFAULT 1,
+    created_at      TEXT NOT NULL,
+"""
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS labels (
     rater           TEXT NOT NULL,
@@ -37,13 +47,7 @@ CREATE TABLE IF NOT EXISTS labels (
     label           INTEGER CHECK (label IN (0, 1)),
     level           TEXT CHECK (level IS NULL OR level IN ('sufficient', 'partial', 'insufficient')),
     rationale       TEXT,
-    raw             TEXT,
-    tokens_in       INTEGER NOT NULL DEFAULT 0,
-    tokens_out      INTEGER NOT NULL DEFAULT 0,
-    latency_s       REAL,
-    attempts        INTEGER NOT NULL DEFAULT 1,
-    created_at      TEXT NOT NULL,
-    PRIMARY KEY (rater, prompt_version, item_id),
+""" + REPLY_COLUMNS_SQL + """    PRIMARY KEY (rater, prompt_version, item_id),
     CHECK ((status = 'ok') = (label IS NOT NULL))
 );
 CREATE TABLE IF NOT EXISTS raters (

@@ -35,8 +35,8 @@ from typing import Any, Iterator, Literal
 from suffice.serving.bundle import sha256_file
 from suffice.training.data.formats import (FORMATS, PARSERS, detect_format, parse_label, source_for,
                                            squad_records)
-from suffice.training.data.records import (JSONL_SUFFIXES, LoadedItems, LoadReport, Record, iter_record_lines,
-                                           iter_records, located_error)
+from suffice.training.data.records import (JSONL_SUFFIXES, LoadedItems, LoadReport, Record, iter_records,
+                                           iter_strict_records, located_error)
 from suffice.training.data.schema import DataFormatError, Item, Passage
 from suffice.training.data.splits import hash_split
 from suffice.training.data.threads import GATE_LABELS, ROLES, RetrievalThread, load_retrieval_threads
@@ -175,10 +175,7 @@ def read_autorater_labels(path: str | Path) -> dict[str, dict[str, Any]]:
         raise FileNotFoundError(f"autorater labels file {p} does not exist: run `suffice label` or point data_dir at the shared data")
     out: dict[str, dict[str, Any]] = {}
     lines: dict[str, int] = {}
-    for line, obj in iter_record_lines(p):
-        if isinstance(obj, DataFormatError):
-            raise obj
-        rec = Record(obj, p, line)
+    for rec in iter_strict_records(p):
         rid = rec.text("id")
         label, level = parse_label(rec)
         if label is None:
@@ -187,7 +184,7 @@ def read_autorater_labels(path: str | Path) -> dict[str, dict[str, Any]]:
             raise rec.fail("duplicate id", "id", f"duplicate id {rid!r} (first at line {lines[rid]}): one label per item")
         out[rid] = {"label": label, "level": level, "rationale": rec.text("rationale", required=False),
                     "rater": rec.text("rater", required=False) or "unknown"}
-        lines[rid] = line
+        lines[rid] = rec.line
     return out
 
 

@@ -159,6 +159,14 @@ def _iter_json_array(path: Path, text: str) -> Iterator[tuple[int, Any]]:
             raise located_error("malformed JSON", "expected ',' or ']' after an array element", path, line_at(min(i, len(text))), None)
 
 
+def iter_strict_records(path: Path) -> Iterator[Record]:
+    """Every line of a JSON Lines file as a :class:`Record`; the first malformed line raises its located error."""
+    for line, obj in iter_record_lines(path):
+        if isinstance(obj, DataFormatError):
+            raise obj
+        yield Record(obj, path, line)
+
+
 def iter_records(path: Path) -> Iterator[tuple[int, Any]]:
     """(line, record-or-error) for JSONL files and top-level JSON arrays."""
     if path.suffix.lower() in JSONL_SUFFIXES:

@@ -23,8 +23,7 @@ from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
 
 from suffice.serving.retrieval_gate import turns_as_passages
-from suffice.training.data.records import Record, iter_record_lines
-from suffice.training.data.schema import DataFormatError
+from suffice.training.data.records import Record, iter_strict_records
 from suffice.training.data.splits import check_fractions, hash_split
 
 GATE_LABELS = ("RETRIEVE", "SKIP")
@@ -89,17 +88,14 @@ def load_retrieval_threads(path: str | Path, fractions: Sequence[float] = (0.8, 
         raise FileNotFoundError(f"retrieval-gate file {p} does not exist")
     out: list[RetrievalThread] = []
     seen: dict[str, int] = {}
-    for line, obj in iter_record_lines(p):
-        if isinstance(obj, DataFormatError):
-            raise obj
-        rec = Record(obj, p, line)
+    for rec in iter_strict_records(p):
         rid = rec.text("id")
         if rid in seen:
             raise rec.fail("duplicate id", "id", f"duplicate id {rid!r} (first at line {seen[rid]})")
         messages = _checked_messages(rec)
         label = _checked_label(rec)
         key = rid if split_by == "id" else messages[0]["content"]
-        seen[rid] = line
+        seen[rid] = rec.line
         out.append(RetrievalThread(id=rid, messages=messages, label=label, category=rec.get("category", str, required=False),
                                    split=hash_split(key, fractions)))
     return out

@@ -24,7 +24,7 @@ from typing import Any, Sequence
 
 from suffice.training.autorater.labeling_config import LabelingConfig
 from suffice.training.autorater.raters import GiveUp, OpenAICompatibleRater, Rating
-from suffice.training.autorater.runner import Accounting, run_resumable
+from suffice.training.autorater.runner import Accounting, pending, run_resumable
 from suffice.training.data.schema import Passage
 from suffice.training.synth.prompt import (ALL_KINDS, ANSWERABLE_KINDS, MODES, MULTI_KINDS, REMINDER, SINGLE_KINDS,
                                            UNANSWERABLE_KINDS, GenerationPrompt, kind_label, split_counts)
@@ -141,11 +141,8 @@ async def generate_async(seeds: Sequence[Seed], generator: QuestionGenerator, st
         raise ValueError(f"concurrency={concurrency} must be >= 1")
     acc = GenerationAccounting(generator.id, generator.prompt_version, price_per_1k_input, price_per_1k_output)
     unique = list({s.id: s for s in seeds}.values())
-    acc.items_in_input = len(unique)
     store.register_rater(generator.id, generator.prompt_version, **generator.describe())
-    done = store.done_passages(generator.id, generator.prompt_version, include_unparsed=not retry_unparsed)
-    todo = [s for s in unique if s.id not in done]
-    acc.skipped, acc.to_label = len(unique) - len(todo), len(todo)
+    todo = pending(unique, store.done_passages(generator.id, generator.prompt_version, include_unparsed=not retry_unparsed), acc)
 
     def put(seed: Seed, result: Generation) -> bool:
         return store.put_generation(generator.id, generator.prompt_version, seed.id, GenerationRecord.from_generation(result),

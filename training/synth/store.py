@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from suffice.training.autorater.store import LabelStore, StoredReply
+from suffice.training.autorater.store import REPLY_COLUMNS_SQL, LabelStore, StoredReply
 
 GENERATIONS_SCHEMA = """
 CREATE TABLE IF NOT EXISTS generations (
@@ -23,13 +23,7 @@ CREATE TABLE IF NOT EXISTS generations (
     passage_id      TEXT NOT NULL,
     status          TEXT NOT NULL CHECK (status IN ('ok', 'unparsed')),
     questions       TEXT,
-    raw             TEXT,
-    tokens_in       INTEGER NOT NULL DEFAULT 0,
-    tokens_out      INTEGER NOT NULL DEFAULT 0,
-    latency_s       REAL,
-    attempts        INTEGER NOT NULL DEFAULT 1,
-    created_at      TEXT NOT NULL,
-    PRIMARY KEY (generator, prompt_version, passage_id),
+""" + REPLY_COLUMNS_SQL + """    PRIMARY KEY (generator, prompt_version, passage_id),
     CHECK ((status = 'ok') = (questions IS NOT NULL))
 );
 """
