@@ -300,7 +300,7 @@ def long_context(es: EvalSet, items: Sequence[Any], windows: Sequence[int]) -> d
 
 def multi_hop_items(smoke_items: Path | None = None) -> list[Any]:
     """The multi-hop items (every split) of the shared items.jsonl, or of a smoke file."""
-    from suffice.training.loaders import load_items
+    from suffice.training.data.loaders import load_items
     from suffice.training.paths import data_dir
 
     path = smoke_items if smoke_items is not None else data_dir() / "items.jsonl"

@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from suffice.serving.packing import pad_packed
     from suffice.serving.runtime import OnnxClassifier, RuntimeConfig, softmax
-    from suffice.training.datasets_builder import load_prepared
+    from suffice.training.data.builder import load_prepared
     from suffice.training.export import quantise_onnx
 
     clf = OnnxClassifier(args.bundle, RuntimeConfig(precision="fp32", intra_op_threads=args.threads))

@@ -19,7 +19,7 @@ from test_autorater_http import KEY_ENV, SECRET, expected_label, judge, make_ite
 
 from suffice.training.autorater.agreement import cohen_kappa, compare
 from suffice.training.autorater.cli import main
-from suffice.training.loaders import gold_label, load_items, read_autorater_labels
+from suffice.training.data.loaders import gold_label, load_items, read_autorater_labels
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE_ITEMS = REPO / "tests" / "fixtures" / "shared" / "items.jsonl"
@@ -236,7 +236,7 @@ def test_labeling_yaml_documents_every_field():
 
     import yaml
 
-    from suffice.training.autorater.config import DEFAULT_CONFIG, LabelingConfig
+    from suffice.training.autorater.labeling_config import DEFAULT_CONFIG, LabelingConfig
     from suffice.training.config import build_config
 
     keys = set(yaml.safe_load(DEFAULT_CONFIG.read_text()))
@@ -253,7 +253,7 @@ def test_labeling_yaml_documents_every_field():
     (["--extra_body={temperature: 1}"], "temperature is always 0"),
 ])
 def test_config_checks(overrides, message):
-    from suffice.training.autorater.config import LabelingConfig
+    from suffice.training.autorater.labeling_config import LabelingConfig
     from suffice.training.config import ConfigError, build_config
 
     with pytest.raises(ConfigError, match=message):

@@ -14,11 +14,11 @@ import httpx
 import pytest
 from llm_server import FakeLLMServer, Reply, messages_text
 
-from suffice.training.autorater.config import LabelingConfig
+from suffice.training.autorater.labeling_config import LabelingConfig
 from suffice.training.autorater.raters import OpenAICompatibleRater, RaterConfigError, RaterFatalError, parse_retry_after
 from suffice.training.autorater.runner import label_items
 from suffice.training.autorater.store import LabelStore
-from suffice.training.schema import Item, Passage
+from suffice.training.data.schema import Item, Passage
 
 SECRET = "sk-test-9f8e7d6c5b4a-DO-NOT-LEAK"
 KEY_ENV = "SUFFICE_TEST_LLM_KEY"

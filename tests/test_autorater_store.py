@@ -50,8 +50,8 @@ def test_inconsistent_records_are_refused(kwargs):
 def test_database_constraints_back_the_dataclass(tmp_path):
     with LabelStore(tmp_path / "s.sqlite") as store:
         with pytest.raises(sqlite3.IntegrityError):
-            store._conn.execute("INSERT INTO labels(rater, prompt_version, item_id, status, label, created_at) "
-                                "VALUES ('r', 'v', 'x', 'ok', NULL, 'now')")
+            store.execute_retrying("INSERT INTO labels(rater, prompt_version, item_id, status, label, created_at) "
+                                   "VALUES ('r', 'v', 'x', 'ok', NULL, 'now')", [])
 
 
 def test_put_many_and_resolve(tmp_path):

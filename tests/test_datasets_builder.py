@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from suffice.training.config import ConfigError, build_config
-from suffice.training.data_cli import main as data_main
-from suffice.training.datasets_builder import COLUMNS, DataConfig, build, cohen_kappa, load_prepared, prepare
-from suffice.training.loaders import sha256_file
+from suffice.training.data.cli import main as data_main
+from suffice.training.data.builder import COLUMNS, DataConfig, build, cohen_kappa, load_prepared, prepare
+from suffice.training.data.loaders import sha256_file
 from suffice.training.paths import prepared_dir
 
 FIX = Path(__file__).parent / "fixtures"
@@ -184,7 +184,7 @@ def test_cli_errors(capsys, tmp_path):
 def test_builder_imports_no_torch():
     import subprocess
 
-    code = ("import sys; import suffice.training.data_cli, suffice.training.datasets_builder; "
+    code = ("import sys; import suffice.training.data.cli, suffice.training.data.builder; "
             "print(any(m in sys.modules for m in ('torch', 'transformers', 'mlflow')))")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0 and p.stdout.strip() == "False", p.stderr

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from suffice.training.loaders import (detect_format, gold_label, gold_level, hash_split, load_items, load_passages,
+from suffice.training.data.loaders import (detect_format, gold_label, gold_level, hash_split, load_items, load_passages,
                                       load_retrieval_threads, read_autorater_labels)
-from suffice.training.schema import SPLITS, DataFormatError
+from suffice.training.data.schema import SPLITS, DataFormatError
 
 FIX = Path(__file__).parent / "fixtures"
 SHARED_SOURCES = {  # file -> (format, source)

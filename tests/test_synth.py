@@ -14,16 +14,9 @@ from pathlib import Path
 import pytest
 from llm_server import FakeLLMServer, Reply, messages_text
 
-from suffice.training.synth import SynthConfig, load_corpus, main, make_seeds, normalize_question
-from suffice.training.synth_generation import (
-    SINGLE_KINDS,
-    UNANSWERABLE_KINDS,
-    GenerationPrompt,
-    GenerationParseError,
-    extract_questions,
-    split_counts,
-    validate_question,
-)
+from suffice.training.synth.cli import SynthConfig, load_corpus, main, make_seeds, normalize_question
+from suffice.training.synth.prompt import SINGLE_KINDS, UNANSWERABLE_KINDS, GenerationPrompt, split_counts
+from suffice.training.synth.questions import GenerationParseError, extract_questions, validate_question
 
 REPO = Path(__file__).resolve().parent.parent
 FIX = REPO / "tests" / "fixtures"
@@ -227,7 +220,7 @@ def test_questions_inherit_their_passage_split_and_test_passages_never_feed_trai
     rc = main(["--corpus", str(SHARED / "items.jsonl"), "--per-passage", "2", "--json", str(tmp_path / "report.json"),
                *common(server, tmp_path)])
     assert rc == 0
-    from suffice.training.loaders import load_items
+    from suffice.training.data.loaders import load_items
 
     items = load_items(SHARED / "items.jsonl")
     split_of_text = {}
@@ -242,7 +235,7 @@ def test_questions_inherit_their_passage_split_and_test_passages_never_feed_trai
     test_texts = {p.text for it in items if it.split == "test" for p in it.passages}
     assert any(r["passages"][0]["text"] in test_texts and r["split"] == "test" for r in got)
 
-    from suffice.training.datasets_builder import DataConfig, build
+    from suffice.training.data.builder import DataConfig, build
 
     ds, manifest = build(DataConfig(data_dir=str(SHARED), include_variants=False, synthetic_path=str(tmp_path / "synth.jsonl")),
                          progress=False)

@@ -16,7 +16,7 @@ FIXTURE = REPO / "tests" / "fixtures" / "train20.jsonl"
 
 
 def test_fixture_is_twenty_canonical_rows_in_three_splits():
-    from suffice.training.loaders import load_items
+    from suffice.training.data.loaders import load_items
 
     items = list(load_items(FIXTURE))
     assert len(items) == 20

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from suffice.training.loaders import gold_label, load_items
-from suffice.training.schema import Item, Passage
-from suffice.training.variants import RULES, drop_supporting, make_variants, other_paragraph, paragraph_pool, remove_answer_sentence
+from suffice.training.data.loaders import gold_label, load_items
+from suffice.training.data.schema import Item, Passage
+from suffice.training.data.variants import RULES, drop_supporting, make_variants, other_paragraph, paragraph_pool, remove_answer_sentence
 
 FIX = Path(__file__).parent / "fixtures"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from suffice.training.weak import RULES, WeakConfig, WeakConfigError, build_weak_file, make_weak_pairs, main
+from suffice.training.data.weak import RULES, WeakConfig, WeakConfigError, build_weak_file, make_weak_pairs, main
 
 REPO = Path(__file__).resolve().parent.parent
 

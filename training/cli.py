@@ -20,10 +20,10 @@ import importlib
 import sys
 
 COMMANDS: dict[str, tuple[str, str]] = {
-    "data": ("suffice.training.data_cli", "prepare datasets and print statistics (prepare, stats)"),
+    "data": ("suffice.training.data.cli", "prepare datasets and print statistics (prepare, stats)"),
     "label": ("suffice.training.autorater.cli", "label (question, context) pairs with an LLM autorater; agreement; import"),
-    "synth": ("suffice.training.synth", "generate synthetic training questions with a teacher LLM"),
-    "weak": ("suffice.training.weak", "build rule-based weak-supervision pairs for an intermediate training stage"),
+    "synth": ("suffice.training.synth.cli", "generate synthetic training questions with a teacher LLM"),
+    "weak": ("suffice.training.data.weak", "build rule-based weak-supervision pairs for an intermediate training stage"),
     "train": ("suffice.training.train", "train a sufficiency / retrieval-gate model (same as accelerate launch -m suffice.training.train)"),
     "evaluate": ("suffice.training.evaluate", "evaluate a model and the baselines on a split"),
     "soup": ("suffice.training.soup", "average fine-tuned models of the same base into one (greedy or uniform model soup)"),

@@ -9,13 +9,15 @@ machines without one, the shipped teacher labels (rater ``llm-autorater-v1``) ar
     with LabelStore(cfg.store_path()) as store:
         print(label_items(items, build_rater(cfg), store, concurrency=cfg.concurrency).format())
 
-Modules: ``prompts`` (the 1-shot step-by-step prompt and its version hash), ``parsing`` (verdicts
-out of free text), ``raters`` (the Rater interface and its three implementations), ``store``
-(the SQLite LabelStore), ``runner`` (batch labelling and accounting), ``agreement`` (kappa,
-accuracy, confusion per source), ``cli`` (``suffice label``).
+Modules: ``labeling_config`` (:class:`LabelingConfig`, built by the generic engine in
+``suffice.training.config``), ``prompts`` (the 1-shot step-by-step prompt and its version hash),
+``parsing`` (verdicts out of free text), ``raters`` (the Rater interface and its three implementations),
+``store`` (the SQLite LabelStore; ``StoredReply``, the record base shared with synth's generation cache),
+``runner`` (batch labelling, accounting, and the resumable worker loop synth's generation uses too),
+``agreement`` (kappa, accuracy, confusion per source), ``cli`` (``suffice label``).
 """
 
-from suffice.training.autorater.config import LabelingConfig
+from suffice.training.autorater.labeling_config import LabelingConfig
 from suffice.training.autorater.parsing import Verdict, VerdictParseError, parse_verdict
 from suffice.training.autorater.prompts import SufficiencyPrompt, get_prompt
 from suffice.training.autorater.raters import (

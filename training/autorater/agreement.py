@@ -2,7 +2,7 @@
 
 A label source is a rater in the store (``NAME`` or ``NAME@VERSION``), the shipped teacher file
 (``cached`` / ``llm-autorater-v1`` when the store does not hold it), or ``gold`` (the label each
-dataset's own annotations imply, :func:`suffice.training.loaders.gold_label`). Only items both
+dataset's own annotations imply, :func:`suffice.training.data.loaders.gold_label`). Only items both
 sources labelled are compared; unparsed rows are left out and counted.
 
 >>> round(cohen_kappa([1, 1, 0, 0], [1, 0, 0, 0]), 3)
@@ -15,6 +15,8 @@ import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Hashable, Mapping, Sequence
+
+from suffice.serving.jsonl import json_safe
 
 
 def cohen_kappa(a: Sequence[Hashable], b: Sequence[Hashable]) -> float:
@@ -50,7 +52,8 @@ class SourceAgreement:
 
     def to_dict(self) -> dict[str, Any]:
         def num(x: float) -> float | None:
-            return None if isinstance(x, float) and math.isnan(x) else round(x, 4)
+            x = json_safe(x)  # NaN (undefined on no items) -> None
+            return None if x is None else round(x, 4)
 
         return {"source": self.source, "n": self.n, "accuracy": num(self.accuracy), "kappa": num(self.kappa),
                 "share_a_positive": num(self.share_a_positive), "share_b_positive": num(self.share_b_positive),

@@ -24,9 +24,10 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from suffice.training.autorater.config import DEFAULT_CONFIG, RATERS, LabelingConfig
+from suffice.training.autorater.labeling_config import DEFAULT_CONFIG, RATERS, LabelingConfig
 from suffice.training.config import ConfigError, build_config
-from suffice.training.schema import LEVELS, DataFormatError
+from suffice.serving.bundle import LEVELS
+from suffice.training.data.schema import DataFormatError
 
 PROG = "suffice label"
 ACTIONS = ("import", "agreement", "list")
@@ -94,7 +95,8 @@ class _StderrHandler(logging.StreamHandler):
         pass
 
 
-def _setup_logging(verbose: bool) -> None:
+def setup_logging(verbose: bool) -> None:
+    """Log suffice's messages to stderr (DEBUG with ``verbose``); shared by ``suffice label`` and ``suffice synth``."""
     # Only suffice's logger gets DEBUG: httpx/httpcore debug logs are not ours to vet for secrets.
     logger = logging.getLogger("suffice")
     if not any(isinstance(h, _StderrHandler) for h in logger.handlers):
@@ -121,11 +123,11 @@ def _overrides(args: argparse.Namespace, rest: list[str]) -> list[str]:
 
 def run_label(argv: list[str]) -> int:
     args, rest = _label_parser().parse_known_args(argv)
-    _setup_logging(args.verbose)
+    setup_logging(args.verbose)
     from suffice.training.autorater.raters import RaterConfigError, RaterFatalError, build_rater
     from suffice.training.autorater.runner import label_items, log_to_mlflow
     from suffice.training.autorater.store import LabelStore
-    from suffice.training.loaders import load_items
+    from suffice.training.data.loaders import load_items
 
     try:
         cfg = _config(args.config, _overrides(args, rest))
@@ -167,7 +169,7 @@ def run_label(argv: list[str]) -> int:
 def run_import(args: argparse.Namespace, cfg: LabelingConfig) -> int:
     from suffice.training.autorater.raters import CACHED_VERSION
     from suffice.training.autorater.store import LabelRecord, LabelStore
-    from suffice.training.loaders import read_autorater_labels
+    from suffice.training.data.loaders import read_autorater_labels
 
     path = args.path or cfg.cached_labels_path()
     labels = read_autorater_labels(path)
@@ -215,7 +217,7 @@ class _Sources:
 
     def items(self) -> list:
         if self._items is None:
-            from suffice.training.loaders import load_items
+            from suffice.training.data.loaders import load_items
             from suffice.training.paths import data_dir
 
             path = self.items_path or data_dir() / "items.jsonl"
@@ -231,7 +233,7 @@ class _Sources:
         from suffice.training.autorater.store import LabelStore
 
         if spec == "gold":
-            from suffice.training.loaders import gold_label, gold_level
+            from suffice.training.data.loaders import gold_label, gold_level
 
             fn = gold_level if self.levels else gold_label
             out = {it.id: fn(it) for it in self.items()}
@@ -255,7 +257,7 @@ class _Sources:
                     return f"{rater}@{version}", {r.item_id: value(r) for r in rows if r.status == "ok" and value(r) is not None}
         elif name != "llm-autorater-v1":
             raise KeyError(f"no label store at {store_path}: run `{PROG} --input ... --rater ...` first, or compare `cached` / `gold`")
-        from suffice.training.loaders import read_autorater_labels
+        from suffice.training.data.loaders import read_autorater_labels
 
         path = self.cfg.cached_labels_path()
         labels = read_autorater_labels(path)

@@ -20,7 +20,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-LEVELS = ("sufficient", "partial", "insufficient")
+from suffice.serving.bundle import LEVELS
+
 _LABEL_KEYS = {"sufficientcontext", "sufficient", "sufficiency", "label", "verdict", "issufficient", "contextsufficient"}
 _LEVEL_KEYS = {"level", "sufficiencylevel", "contextlevel", "grade"}
 _FENCE = re.compile(r"```[a-zA-Z]*\s*\n?(.*?)```", re.DOTALL)
@@ -50,7 +51,8 @@ def _norm_key(k: Any) -> str:
     return re.sub(r"[^a-z]", "", str(k).lower())
 
 
-def _as_label(v: Any) -> int | None:
+def as_label(v: Any) -> int | None:
+    """A 0/1 label from a verdict value (1/0, true/false, yes/no, sufficient...); None when it is not one."""
     if isinstance(v, bool):
         return int(v)
     if isinstance(v, (int, float)) and v in (0, 1):
@@ -64,7 +66,8 @@ def _as_label(v: Any) -> int | None:
     return None
 
 
-def _as_level(v: Any) -> str | None:
+def as_level(v: Any) -> str | None:
+    """A level name from a verdict value (``partial`` and its spellings); None when it is not one."""
     if not isinstance(v, str):
         return None
     s = v.strip().lower().replace("_", " ")
@@ -77,7 +80,7 @@ def _as_level(v: Any) -> str | None:
     return None
 
 
-def _balanced_objects(text: str) -> list[tuple[int, int]]:
+def balanced_objects(text: str) -> list[tuple[int, int]]:
     """Spans of top-level ``{...}`` blocks, brace-matched outside string literals."""
     spans, depth, start, in_str, quote, esc = [], 0, -1, False, "", False
     for i, ch in enumerate(text):
@@ -102,7 +105,8 @@ def _balanced_objects(text: str) -> list[tuple[int, int]]:
     return spans
 
 
-def _lenient_json(block: str) -> Any:
+def lenient_json(block: str) -> Any:
+    """A JSON object from an LLM's block, forgiving single quotes and trailing commas."""
     try:
         return json.loads(block)
     except json.JSONDecodeError:
@@ -127,13 +131,13 @@ def _verdict_from_obj(obj: Any) -> tuple[int | None, str | None, bool, bool]:
         nk = _norm_key(k)
         if nk in _LABEL_KEYS:
             seen = True
-            label = _as_label(v) if label is None else label
-            if label is None and _as_level(v) is not None:  # {"Sufficiency": "partial"}
-                level = _as_level(v)
+            label = as_label(v) if label is None else label
+            if label is None and as_level(v) is not None:  # {"Sufficiency": "partial"}
+                level = as_level(v)
         elif nk in _LEVEL_KEYS:
             seen = True
-            level = _as_level(v) if level is None else level
-            bad_level = bad_level or _as_level(v) is None
+            level = as_level(v) if level is None else level
+            bad_level = bad_level or as_level(v) is None
     return label, level, seen, bad_level
 
 
@@ -172,8 +176,8 @@ def parse_verdict(text: str | None, scheme: str = "binary") -> Verdict:
     # The model's own conclusion is the last object that carries verdict keys; an unusable last
     # verdict is refused even when an earlier object (an echoed example, a draft) looks fine.
     last: tuple[int, str, int | None, str | None, bool] | None = None  # (position, block, label, level, bad_level)
-    for pos, block in ((s, text[s:e]) for s, e in _balanced_objects(text)):  # fenced objects included
-        label, level, seen, bad_level = _verdict_from_obj(_lenient_json(block))
+    for pos, block in ((s, text[s:e]) for s, e in balanced_objects(text)):  # fenced objects included
+        label, level, seen, bad_level = _verdict_from_obj(lenient_json(block))
         if seen:
             last = (pos, block, label, level, bad_level)
     if last is not None:
@@ -186,7 +190,7 @@ def parse_verdict(text: str | None, scheme: str = "binary") -> Verdict:
         bare = list(_BARE.finditer(text))
         if not bare:
             raise VerdictParseError('no verdict found (expected a JSON line like {"Sufficient Context": 1})')
-        pos, label, level = bare[-1].start(), _as_label(bare[-1].group(1)), None
+        pos, label, level = bare[-1].start(), as_label(bare[-1].group(1)), None
     if scheme == "binary":
         if label is None:
             label = 1 if level == "sufficient" else 0

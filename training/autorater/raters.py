@@ -1,4 +1,4 @@
-"""Raters: anything that turns an :class:`~suffice.training.schema.Item` into a sufficiency label.
+"""Raters: anything that turns an :class:`~suffice.training.data.schema.Item` into a sufficiency label.
 
 One small interface (:class:`Rater`: ``id``, ``prompt_version``, ``async rate(item) -> Rating``,
 ``aclose()``) and three implementations:
@@ -14,7 +14,7 @@ The API key is read from the environment variable the config names, kept only in
 client's headers, and scrubbed from any server text the rater stores or reports.
 
 >>> import asyncio
->>> from suffice.training.schema import Item, Passage
+>>> from suffice.training.data.schema import Item, Passage
 >>> rater = LexicalRater()
 >>> item = Item(id="demo:1", question="Where is Lima?", passages=[Passage("Lima", "Lima is in Peru.")])
 >>> asyncio.run(rater.rate(item)).label
@@ -36,10 +36,10 @@ from dataclasses import dataclass, field
 from datetime import timezone
 from typing import Any
 
-from suffice.training.autorater.config import LabelingConfig
+from suffice.training.autorater.labeling_config import LabelingConfig
 from suffice.training.autorater.parsing import VerdictParseError, parse_verdict
 from suffice.training.autorater.prompts import SufficiencyPrompt, get_prompt
-from suffice.training.schema import Item
+from suffice.training.data.schema import Item
 
 log = logging.getLogger("suffice.autorater")
 
@@ -142,7 +142,9 @@ def backoff_delay(attempt: int, base_s: float, max_s: float, rng: random.Random 
     return d / 2 + (rng or random).uniform(0, d / 2)
 
 
-class _GiveUp(Exception):
+class GiveUp(Exception):
+    """A request failed for good (retries exhausted or not retryable); ``kind`` names the failure."""
+
     def __init__(self, kind: str, message: str):
         super().__init__(message)
         self.kind = kind
@@ -202,7 +204,7 @@ class OpenAICompatibleRater(Rater):
         body.update(self.cfg.extra_body)
         return body
 
-    async def _complete(self, messages: list[dict[str, str]], rating: Rating, item_id: str) -> str:
+    async def complete(self, messages: list[dict[str, str]], rating: Rating, item_id: str) -> str:
         """POST one chat completion, retrying transient failures; returns the reply text."""
         httpx = self._httpx
         body = self._body(messages)
@@ -244,10 +246,10 @@ class OpenAICompatibleRater(Rater):
                         retry_after = parse_retry_after(resp.headers.get("retry-after"))
                     else:  # 400, 413, 422...: this item's request is wrong; re-sending will not help
                         rating.failures[kind] += 1
-                        raise _GiveUp(kind, detail)
+                        raise GiveUp(kind, detail)
             rating.failures[kind] += 1
             if attempt >= self.cfg.max_retries:
-                raise _GiveUp(kind, f"{detail} (gave up after {attempt + 1} attempts)")
+                raise GiveUp(kind, f"{detail} (gave up after {attempt + 1} attempts)")
             if retry_after is not None:
                 delay = min(retry_after, self.cfg.max_retry_after_s)
                 if kind == "http_429":
@@ -275,7 +277,7 @@ class OpenAICompatibleRater(Rater):
         started = time.monotonic()
         messages = self.prompt.messages(item.question, item.passages)
         try:
-            first = await self._complete(messages, rating, item.id)
+            first = await self.complete(messages, rating, item.id)
             try:
                 v = parse_verdict(first, self.scheme)
                 raw = first
@@ -283,7 +285,7 @@ class OpenAICompatibleRater(Rater):
                 rating.failures["unparsed_reply"] += 1
                 log.debug("item %s: reply without a verdict (%s); re-asking once", item.id, e.reason)
                 again = messages + [{"role": "assistant", "content": first}, {"role": "user", "content": self.prompt.reminder()}]
-                second = await self._complete(again, rating, item.id)
+                second = await self.complete(again, rating, item.id)
                 raw = f"{first}\n\n--- reply after the reminder ---\n{second}"
                 try:
                     v = parse_verdict(second, self.scheme)
@@ -291,7 +293,7 @@ class OpenAICompatibleRater(Rater):
                     rating.status, rating.raw, rating.rationale = "unparsed", self.redact(raw), f"unparsed: {e2.reason}"
                     rating.latency_s = time.monotonic() - started
                     return rating
-        except _GiveUp as e:
+        except GiveUp as e:
             rating.error, rating.latency_s = self.redact(str(e)), time.monotonic() - started
             rating.failures["gave_up"] += 1
             log.warning("item %s: no usable reply (%s)", item.id, rating.error)
@@ -316,7 +318,7 @@ class CachedRater(Rater):
     kind = "cached"
 
     def __init__(self, cfg: LabelingConfig):
-        from suffice.training.loaders import read_autorater_labels
+        from suffice.training.data.loaders import read_autorater_labels
 
         path = cfg.cached_labels_path()
         try:

@@ -7,7 +7,7 @@ cost, label distribution) that :meth:`Accounting.format` prints and :func:`log_t
 
 >>> from suffice.training.autorater.raters import LexicalRater
 >>> from suffice.training.autorater.store import LabelStore
->>> from suffice.training.schema import Item, Passage
+>>> from suffice.training.data.schema import Item, Passage
 >>> items = [Item(id="d:1", question="Where is Lima?", passages=[Passage("Lima", "Lima is in Peru.")])]
 >>> with LabelStore(":memory:") as store:
 ...     acc = label_items(items, LexicalRater(), store, progress=False)
@@ -28,7 +28,7 @@ from typing import Any, Awaitable, Callable, Sequence
 
 from suffice.training.autorater.raters import Rater, RaterFatalError, Rating
 from suffice.training.autorater.store import LabelRecord, LabelStore
-from suffice.training.schema import Item
+from suffice.training.data.schema import Item
 
 log = logging.getLogger("suffice.autorater")
 
@@ -187,47 +187,45 @@ async def run_bounded(todo: Sequence[Any], handle: Callable[[Any], Awaitable[Non
             raise t.exception()
 
 
-def _record(rating: Rating) -> LabelRecord:
-    return LabelRecord(status=rating.status, label=rating.label, level=rating.level, rationale=rating.rationale,
-                       raw=rating.raw, tokens_in=rating.tokens_in, tokens_out=rating.tokens_out,
-                       latency_s=round(rating.latency_s, 6), attempts=max(1, rating.requests))
+def pending(unique: Sequence[Any], done: set[str], acc: Accounting) -> list[Any]:
+    """The units of ``unique`` (each with an ``id``) whose id is not in ``done`` (already stored), in order;
+    counts them into ``acc`` (``items_in_input``, ``skipped``, ``to_label``).
 
-
-async def label_items_async(items: Sequence[Item], rater: Rater, store: LabelStore, *, concurrency: int = 8,
-                            limit: int | None = None, progress: bool = True, retry_unparsed: bool = False,
-                            price_per_1k_input: float = 0.0, price_per_1k_output: float = 0.0) -> Accounting:
-    """Async core of :func:`label_items` (use it when an event loop is already running)."""
-    if concurrency < 1:
-        raise ValueError(f"concurrency={concurrency} must be >= 1")
-    if limit is not None and limit < 0:
-        raise ValueError(f"limit={limit} must be >= 0")
-    acc = Accounting(rater.id, rater.prompt_version, price_per_1k_input, price_per_1k_output)
-    chosen = list(items if limit is None else items[:limit])
-    seen: set[str] = set()
-    unique = []
-    for it in chosen:  # the loaders refuse duplicate ids; guard anyway so one id is never rated twice
-        if it.id not in seen:
-            seen.add(it.id)
-            unique.append(it)
+    >>> from types import SimpleNamespace as U
+    >>> acc = Accounting("r", "v")
+    >>> [u.id for u in pending([U(id="a"), U(id="b")], {"a"}, acc)], acc.skipped
+    (['b'], 1)
+    """
     acc.items_in_input = len(unique)
-    store.register_rater(rater.id, rater.prompt_version, **rater.describe())
-    done = store.done_ids(rater.id, rater.prompt_version, include_unparsed=not retry_unparsed)
-    todo = [it for it in unique if it.id not in done]
+    todo = [u for u in unique if u.id not in done]
     acc.skipped, acc.to_label = len(unique) - len(todo), len(todo)
+    return todo
 
+
+async def run_resumable(todo: Sequence[Any], call: Callable[[Any], Awaitable[Rating]], store: Callable[[Any, Rating], bool],
+                        acc: Accounting, *, concurrency: int, desc: str, unit: str, progress: bool,
+                        aclose: Callable[[], Awaitable[None]]) -> Accounting:
+    """The resumable worker loop of labelling and question generation: ``call`` every unit of ``todo``
+    (at most ``concurrency`` at once), count its result into ``acc``, and ``store(unit, result)`` each
+    ``ok``/``unparsed`` result as it arrives (False: another run stored it first); failed results are
+    not stored, so the next run retries them. A :class:`RaterFatalError` stops the run with what was done
+    attached as ``e.accounting``; ``aclose`` runs at the end whatever happens.
+
+    >>> acc = asyncio.run(run_resumable(todo, rater.rate, put, acc, concurrency=4, desc="label r", unit="item",  # doctest: +SKIP
+    ...                                 progress=False, aclose=rater.aclose))
+    """
     from tqdm.auto import tqdm
 
-    bar = tqdm(total=len(todo), desc=f"label {rater.id}", unit="item", disable=not progress, file=sys.stderr,
-               dynamic_ncols=True, smoothing=0.1)
+    bar = tqdm(total=len(todo), desc=desc, unit=unit, disable=not progress, file=sys.stderr, dynamic_ncols=True, smoothing=0.1)
     started = time.monotonic()
 
-    async def handle(item: Item) -> None:
-        rating = await rater.rate(item)
-        acc.add(rating)
-        if rating.status == "failed":
+    async def handle(unit_: Any) -> None:
+        result = await call(unit_)
+        acc.add(result)
+        if result.status == "failed":
             acc.failed += 1
-        elif store.put(rater.id, rater.prompt_version, item.id, _record(rating), replace_unparsed=retry_unparsed):
-            if rating.status == "ok":
+        elif store(unit_, result):
+            if result.status == "ok":
                 acc.stored_ok += 1
             else:
                 acc.stored_unparsed += 1
@@ -248,8 +246,34 @@ async def label_items_async(items: Sequence[Item], rater: Rater, store: LabelSto
     finally:
         acc.elapsed_s = time.monotonic() - started
         bar.close()
-        await rater.aclose()
+        await aclose()
     return acc
+
+
+async def label_items_async(items: Sequence[Item], rater: Rater, store: LabelStore, *, concurrency: int = 8,
+                            limit: int | None = None, progress: bool = True, retry_unparsed: bool = False,
+                            price_per_1k_input: float = 0.0, price_per_1k_output: float = 0.0) -> Accounting:
+    """Async core of :func:`label_items` (use it when an event loop is already running)."""
+    if concurrency < 1:
+        raise ValueError(f"concurrency={concurrency} must be >= 1")
+    if limit is not None and limit < 0:
+        raise ValueError(f"limit={limit} must be >= 0")
+    acc = Accounting(rater.id, rater.prompt_version, price_per_1k_input, price_per_1k_output)
+    chosen = list(items if limit is None else items[:limit])
+    seen: set[str] = set()
+    unique = []
+    for it in chosen:  # the loaders refuse duplicate ids; guard anyway so one id is never rated twice
+        if it.id not in seen:
+            seen.add(it.id)
+            unique.append(it)
+    store.register_rater(rater.id, rater.prompt_version, **rater.describe())
+    todo = pending(unique, store.done_ids(rater.id, rater.prompt_version, include_unparsed=not retry_unparsed), acc)
+
+    def put(item: Item, rating: Rating) -> bool:
+        return store.put(rater.id, rater.prompt_version, item.id, LabelRecord.from_rating(rating), replace_unparsed=retry_unparsed)
+
+    return await run_resumable(todo, rater.rate, put, acc, concurrency=concurrency, desc=f"label {rater.id}", unit="item",
+                               progress=progress, aclose=rater.aclose)
 
 
 def label_items(items: Sequence[Item], rater: Rater, store: LabelStore, *, concurrency: int = 8,

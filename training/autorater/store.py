@@ -23,10 +23,20 @@ import time
 from dataclasses import dataclass, fields
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, ClassVar, Iterable, Sequence
 
 STATUSES = ("ok", "unparsed")
 SCHEMA_VERSION = "1"
+
+# The columns every stored reply has (labels and synth's generations), after its payload columns.
+REPLY_COLUMNS_SQL = """\
+    raw             TEXT,
+    tokens_in       INTEGER NOT NULL DEFAULT 0,
+    tokens_out      INTEGER NOT NULL DEFAULT 0,
+    latency_s       REAL,
+    attempts        INTEGER NOT NULL DEFAULT 1,
+    created_at      TEXT NOT NULL,
+"""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS labels (
@@ -37,13 +47,7 @@ CREATE TABLE IF NOT EXISTS labels (
     label           INTEGER CHECK (label IN (0, 1)),
     level           TEXT CHECK (level IS NULL OR level IN ('sufficient', 'partial', 'insufficient')),
     rationale       TEXT,
-    raw             TEXT,
-    tokens_in       INTEGER NOT NULL DEFAULT 0,
-    tokens_out      INTEGER NOT NULL DEFAULT 0,
-    latency_s       REAL,
-    attempts        INTEGER NOT NULL DEFAULT 1,
-    created_at      TEXT NOT NULL,
-    PRIMARY KEY (rater, prompt_version, item_id),
+""" + REPLY_COLUMNS_SQL + """    PRIMARY KEY (rater, prompt_version, item_id),
     CHECK ((status = 'ok') = (label IS NOT NULL))
 );
 CREATE TABLE IF NOT EXISTS raters (
@@ -61,33 +65,67 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
 
-def _now() -> str:
+def now_iso() -> str:
+    """The store's timestamp: UTC ISO 8601 with milliseconds."""
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
 @dataclass
-class LabelRecord:
-    """One stored label (or unparsed reply) with its cost and provenance."""
+class StoredReply:
+    """What every stored LLM reply carries, whatever it holds: ``ok`` (its payload set) or ``unparsed``
+    (no payload, ``raw`` keeps the reply), with its cost and provenance. Failed requests are not stored.
+
+    Subclasses name the payload field (``payload``) and what they store (``what``) for error messages.
+    """
 
     status: str
-    label: int | None = None
-    level: str | None = None
-    rationale: str | None = None
     raw: str | None = None
     tokens_in: int = 0
     tokens_out: int = 0
     latency_s: float | None = None
     attempts: int = 1
-    item_id: str | None = None  # filled when read back
-    created_at: str | None = None
+    created_at: str | None = None  # filled when read back
+
+    what: ClassVar[str] = "reply"
+    payload: ClassVar[str] = ""
+    payload_rule: ClassVar[str] = ""
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
-            raise ValueError(f"status={self.status!r}: a stored label is one of {list(STATUSES)} (failed requests are not stored)")
-        if (self.status == "ok") != (self.label is not None):
-            raise ValueError(f"status={self.status!r} with label={self.label!r}: 'ok' needs a label 0/1, 'unparsed' must have none")
+            raise ValueError(f"status={self.status!r}: a stored {self.what} is one of {list(STATUSES)} (failed requests are not stored)")
+        value = getattr(self, self.payload)
+        if (self.status == "ok") != (value is not None):
+            raise ValueError(f"status={self.status!r} with {self.payload}={value!r}: {self.payload_rule}")
+
+    @classmethod
+    def reply_fields(cls, rating: Any) -> dict[str, Any]:
+        """The fields every record takes from a finished :class:`~suffice.training.autorater.raters.Rating`."""
+        return {"status": rating.status, "raw": rating.raw, "tokens_in": rating.tokens_in, "tokens_out": rating.tokens_out,
+                "latency_s": round(rating.latency_s, 6), "attempts": max(1, rating.requests)}
+
+
+@dataclass
+class LabelRecord(StoredReply):
+    """One stored label (or unparsed reply) with its cost and provenance."""
+
+    label: int | None = None
+    level: str | None = None
+    rationale: str | None = None
+    item_id: str | None = None  # filled when read back
+
+    what: ClassVar[str] = "label"
+    payload: ClassVar[str] = "label"
+    payload_rule: ClassVar[str] = "'ok' needs a label 0/1, 'unparsed' must have none"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
         if self.label is not None and self.label not in (0, 1):
             raise ValueError(f"label={self.label!r} must be 0 or 1")
+
+    @classmethod
+    def from_rating(cls, rating: Any) -> "LabelRecord":
+        """The record of a finished (``ok`` or ``unparsed``) rating."""
+        return cls(**cls.reply_fields(rating), label=rating.label, level=rating.level, rationale=rating.rationale)
 
 
 _COLUMNS = [f.name for f in fields(LabelRecord) if f.name not in ("item_id", "created_at")]
@@ -140,34 +178,48 @@ class LabelStore:
         """Record what a (rater, prompt version) pair is, once (no secrets: never pass headers or keys)."""
         self._conn.execute(
             "INSERT OR IGNORE INTO raters(rater, prompt_version, kind, scheme, model, base_url, prompt_text, created_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", (rater, prompt_version, kind, scheme, model, base_url, prompt_text, _now()))
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", (rater, prompt_version, kind, scheme, model, base_url, prompt_text, now_iso()))
 
     def put(self, rater: str, prompt_version: str, item_id: str, record: LabelRecord, *, replace_unparsed: bool = False) -> bool:
         """Store one label; True if written. An existing row is kept (idempotent), except that
         ``replace_unparsed=True`` lets a new result overwrite an ``unparsed`` row."""
-        values = [getattr(record, c) for c in _COLUMNS]
-        sql = (f"INSERT INTO labels(rater, prompt_version, item_id, {', '.join(_COLUMNS)}, created_at) "
-               f"VALUES (?, ?, ?, {', '.join('?' for _ in _COLUMNS)}, ?) ")
+        return self.insert_reply("labels", {"rater": rater, "prompt_version": prompt_version, "item_id": item_id},
+                                 {c: getattr(record, c) for c in _COLUMNS}, replace_unparsed=replace_unparsed)
+
+    def insert_reply(self, table: str, key: dict[str, Any], values: dict[str, Any], *, replace_unparsed: bool = False) -> bool:
+        """Insert one reply row into ``table`` (``key``: its primary-key columns); True if written. An existing
+        row is kept, except an ``unparsed`` one when ``replace_unparsed``. Shared by labels and generations."""
+        cols = list(values)
+        sql = (f"INSERT INTO {table}({', '.join(key)}, {', '.join(cols)}, created_at) "
+               f"VALUES ({', '.join('?' for _ in key)}, {', '.join('?' for _ in cols)}, ?) ")
         if replace_unparsed:
-            sql += (f"ON CONFLICT(rater, prompt_version, item_id) DO UPDATE SET "
-                    f"{', '.join(f'{c}=excluded.{c}' for c in _COLUMNS)}, created_at=excluded.created_at "
-                    f"WHERE labels.status = 'unparsed'")
+            sql += (f"ON CONFLICT({', '.join(key)}) DO UPDATE SET "
+                    f"{', '.join(f'{c}=excluded.{c}' for c in cols)}, created_at=excluded.created_at "
+                    f"WHERE {table}.status = 'unparsed'")
         else:
-            sql += "ON CONFLICT(rater, prompt_version, item_id) DO NOTHING"
-        cur = self._retrying(sql, [rater, prompt_version, item_id, *values, _now()])
-        return cur.rowcount > 0
+            sql += f"ON CONFLICT({', '.join(key)}) DO NOTHING"
+        return self.execute_retrying(sql, [*key.values(), *values.values(), now_iso()]).rowcount > 0
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
+        """Run a read query on the store (rows are :class:`sqlite3.Row`)."""
+        return self._conn.execute(sql, params)
+
+    def add_schema(self, script: str) -> None:
+        """Create extra tables (``CREATE TABLE IF NOT EXISTS ...``) in the same file."""
+        self._conn.executescript(script)
 
     def put_many(self, rater: str, prompt_version: str, records: Iterable[tuple[str, LabelRecord]]) -> int:
         """Store many labels in one transaction (imports); returns how many were new."""
         sql = (f"INSERT INTO labels(rater, prompt_version, item_id, {', '.join(_COLUMNS)}, created_at) "
                f"VALUES (?, ?, ?, {', '.join('?' for _ in _COLUMNS)}, ?) ON CONFLICT DO NOTHING")
-        now = _now()
+        now = now_iso()
         before = self.count(rater, prompt_version)
         with self._transaction():
             self._conn.executemany(sql, ([rater, prompt_version, iid, *[getattr(r, c) for c in _COLUMNS], now] for iid, r in records))
         return self.count(rater, prompt_version) - before
 
-    def _retrying(self, sql: str, params: list[Any], attempts: int = 5) -> sqlite3.Cursor:
+    def execute_retrying(self, sql: str, params: list[Any], attempts: int = 5) -> sqlite3.Cursor:
+        """Execute a write, retrying briefly when another process holds the lock."""
         # busy_timeout covers most lock waits; a second process checkpointing can still bounce us once.
         for i in range(attempts):
             try:
