@@ -32,7 +32,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from suffice.serving.bundle import DEFAULT_THRESHOLDS
+from suffice.serving.bundle import DEFAULT_THRESHOLDS, MANIFEST_NAME
 from suffice.training.evaluation.report import full_report, render_report, report_json, report_metrics, save_plots
 
 EVAL_EXPERIMENT = "suffice-evaluate"
@@ -47,7 +47,6 @@ def resolve_model(model: str) -> Path:
     What the folder is (an exported bundle holding ``suffice.json``, or a trained-model directory
     holding ``suffice_model.json``) is decided by :func:`model_info` from its files.
     """
-    from suffice.serving.bundle import MANIFEST_NAME
     from suffice.serving.model_uri import is_registry_uri
     from suffice.training.registry import download, find_dir, resolve_bundle, resolve_model_dir
 
@@ -63,7 +62,7 @@ def resolve_model(model: str) -> Path:
 
 def model_info(path: Path) -> dict[str, Any]:
     """What evaluation needs to know about a model directory or a bundle, in one shape."""
-    if (path / "suffice.json").is_file():
+    if (path / MANIFEST_NAME).is_file():
         from suffice.serving.bundle import read_manifest
 
         m = read_manifest(path)

@@ -67,10 +67,11 @@ class Ingredient:
 def resolve_ingredient(spec: str) -> Ingredient:
     """A trained-model directory (or a registry URI resolving to one) with its metadata."""
     from suffice.training.evaluation.evaluate import resolve_model
+    from suffice.serving.bundle import MANIFEST_NAME
     from suffice.training.fit.meta import MODEL_META, read_model_meta
 
     path = resolve_model(spec)
-    if (path / "suffice.json").is_file() and not (path / MODEL_META).is_file():
+    if (path / MANIFEST_NAME).is_file() and not (path / MODEL_META).is_file():
         raise SoupError(f"{spec} is an exported bundle (ONNX weights): soup the trained-model directories that `suffice train` "
                         "writes (registered versions of suffice-sufficiency point at them)")
     if not (path / MODEL_META).is_file() or not (path / "model.safetensors").is_file():
@@ -151,23 +152,8 @@ def greedy_soup(order: Sequence[int], states: Sequence[Mapping[str, Any]], score
     return kept, best, trace
 
 
-def soup(specs: Sequence[str], output_dir: str | Path, *, method: str = "greedy", metric: str | None = None,
-         config: str | None = None, overrides: Sequence[str] = (), overwrite: bool = False) -> dict[str, Any]:
-    """Make, calibrate, evaluate, save, log and register a soup of ``specs``; returns a summary."""
-    from accelerate import Accelerator
-
-    from suffice.serving.bundle import sha256_file
-    from suffice.serving.packing import ContextPacker
-    from suffice.training.evaluation.evaluate import eval_config, model_info
-    from suffice.training.fit.encode import class_weights, encode_split, eval_dataloader
-    from suffice.training.fit.loop import TrainState, validation_metrics
-    from suffice.training.fit.model import load_model_dir, load_tokenizer
-    from suffice.training.fit.splits import load_splits
-
-    wall0 = time.perf_counter()
-    if method not in METHODS:
-        raise SoupError(f"--method {method!r}: choose one of {', '.join(METHODS)}")
-    out_dir = Path(output_dir)
+def load_ingredients(specs: Sequence[str], out_dir: Path, overwrite: bool) -> tuple[list[Ingredient], list[dict[str, Any]]]:
+    """The checked ingredients and their weights; clears a non-empty ``out_dir`` only with ``overwrite``."""
     ingredients = [resolve_ingredient(s) for s in specs]
     check_compatible(ingredients)
     states = [load_weights(i.path) for i in ingredients]
@@ -178,13 +164,45 @@ def soup(specs: Sequence[str], output_dir: str | Path, *, method: str = "greedy"
         if not overwrite:
             raise SoupError(f"--output_dir {out_dir} exists and is not empty: choose a new directory or pass --overwrite")
         shutil.rmtree(out_dir)  # a stale adapter/ or bundle/ from an earlier model must not survive next to the soup
+    return ingredients, states
 
-    first = ingredients[0]
+
+@dataclass
+class SoupBench:
+    """What scoring candidate soups on validation needs: the config, data, packer and one model to load weights into."""
+
+    cfg: Any
+    config_used: str
+    info: dict[str, Any]
+    accelerator: Any
+    splits: Any
+    encoded: dict[str, Any]
+    pad_id: int
+    model: Any
+    val_dl: Any
+    weights: np.ndarray
+
+    def evaluate(self, state: Mapping[str, Any]) -> tuple[dict[str, float], np.ndarray]:
+        """Validation metrics and logits of the model holding ``state``."""
+        from suffice.training.fit.loop import validation_metrics
+
+        self.accelerator.unwrap_model(self.model).load_state_dict(state, strict=True)
+        return validation_metrics(self.accelerator, self.model, self.val_dl, self.encoded["validation"], self.cfg, self.weights)
+
+
+def soup_bench(first: Ingredient, config: str | None, overrides: Sequence[str]) -> SoupBench:
+    """The first ingredient's config (or ``config``), its splits encoded with its window, and its model, prepared."""
+    from accelerate import Accelerator
+
+    from suffice.serving.bundle import sha256_file
+    from suffice.serving.packing import ContextPacker
+    from suffice.training.evaluation.evaluate import eval_config, model_info
+    from suffice.training.fit.encode import class_weights, encode_split, eval_dataloader
+    from suffice.training.fit.model import load_model_dir, load_tokenizer
+    from suffice.training.fit.splits import load_splits
+
     info = model_info(first.path)
     cfg, config_used = eval_config(info, first.path, config, overrides)
-    metric = metric or cfg.early_stopping_metric
-    if metric not in METRICS:
-        raise SoupError(f"--metric {metric!r}: choose one of {', '.join(METRICS)}")
     accelerator = Accelerator()
     if accelerator.num_processes > 1:
         raise SoupError("suffice soup runs in one process: start it with `suffice soup`, not a multi-process `accelerate launch`")
@@ -197,52 +215,76 @@ def soup(specs: Sequence[str], output_dir: str | Path, *, method: str = "greedy"
     encoded = {name: (encode_split(splits[name], packer, cfg, tok_hash) if splits[name] is not None and len(splits[name]) else None)
                for name in ("train", "validation", "test")}
     weights = class_weights(encoded["train"]["labels"], cfg.num_labels, cfg.class_weighting)
-
     model, _ = load_model_dir(first.path)
     model, val_dl = accelerator.prepare(model, eval_dataloader(encoded["validation"], cfg.per_device_eval_batch_size, packer.pad_id))
-    net = accelerator.unwrap_model(model)
+    return SoupBench(cfg, config_used, info, accelerator, splits, encoded, packer.pad_id, model, val_dl, weights)
 
-    def evaluate_state(state: Mapping[str, Any]) -> tuple[dict[str, float], np.ndarray]:
-        net.load_state_dict(state, strict=True)
-        return validation_metrics(accelerator, model, val_dl, encoded["validation"], cfg, weights)
 
-    print(f"suffice soup: {len(ingredients)} ingredients, method {method}, metric validation {metric} ({len(encoded['validation'])} items)")
+def choose(ingredients: Sequence[Ingredient], states: Sequence[Mapping[str, Any]], bench: SoupBench, method: str,
+           metric: str) -> tuple[list[int], list[dict[str, Any]]]:
+    """Score every ingredient on validation, then pick the ingredients (all, or the greedy soup); returns (kept, trace)."""
+    print(f"suffice soup: {len(ingredients)} ingredients, method {method}, metric validation {metric} "
+          f"({len(bench.encoded['validation'])} items)")
     for i, (ing, state) in enumerate(zip(ingredients, states)):
-        ing.validation, _ = evaluate_state(state)
+        ing.validation, _ = bench.evaluate(state)
         print(f"  [{i}] {ing.name}: {metric} {ing.validation[metric]:.4f} (macro-F1 {ing.validation['macro_f1']:.4f}, "
               f"AUROC {ing.validation['auroc']:.4f})")
     sign = 1 if metric == "loss" else -1
     order = sorted(range(len(ingredients)), key=lambda i: (sign * ingredients[i].validation[metric], i))
-    if method == "greedy":
-        kept, _, trace = greedy_soup(order, states, lambda s: evaluate_state(s)[0][metric], metric,
-                                     ingredients[order[0]].validation[metric])
-        for t in trace[1:]:
-            print(f"  try [{t['ingredient']}]: soup {metric} {t['score']:.4f} -> {'kept' if t['kept'] else 'left out'}")
-    else:
-        kept, trace = list(range(len(ingredients))), []
-    kept = sorted(kept)
+    if method != "greedy":
+        return list(range(len(ingredients))), []
+    kept, _, trace = greedy_soup(order, states, lambda s: bench.evaluate(s)[0][metric], metric, ingredients[order[0]].validation[metric])
+    for t in trace[1:]:
+        print(f"  try [{t['ingredient']}]: soup {metric} {t['score']:.4f} -> {'kept' if t['kept'] else 'left out'}")
+    return sorted(kept), trace
+
+
+def soup(specs: Sequence[str], output_dir: str | Path, *, method: str = "greedy", metric: str | None = None,
+         config: str | None = None, overrides: Sequence[str] = (), overwrite: bool = False) -> dict[str, Any]:
+    """Make, calibrate, evaluate, save, log and register a soup of ``specs``; returns a summary."""
+    wall0 = time.perf_counter()
+    if method not in METHODS:
+        raise SoupError(f"--method {method!r}: choose one of {', '.join(METHODS)}")
+    out_dir = Path(output_dir)
+    if metric is not None and metric not in METRICS:  # an explicit --metric fails before any data is read
+        raise SoupError(f"--metric {metric!r}: choose one of {', '.join(METRICS)}")
+    ingredients, states = load_ingredients(specs, out_dir, overwrite)
+    bench = soup_bench(ingredients[0], config, overrides)
+    metric = metric or bench.cfg.early_stopping_metric
+    if metric not in METRICS:
+        raise SoupError(f"--metric {metric!r}: choose one of {', '.join(METRICS)}")
+    kept, trace = choose(ingredients, states, bench, method, metric)
     if len(kept) == 1:
         # the soup would be a copy of one ingredient: say so instead of registering a duplicate
         print(f"  no average of the ingredients scores as well on validation {metric} as {ingredients[kept[0]].name} alone: "
               f"use that model (nothing written)")
         return {"output_dir": None, "kept": [ingredients[kept[0]].name], "validation": ingredients[kept[0]].validation,
                 "trace": trace}
-    val, val_logits = evaluate_state(average([states[i] for i in kept]))
+    val, val_logits = bench.evaluate(average([states[i] for i in kept]))
     print(f"  soup of {[ingredients[i].name for i in kept]}: {metric} {val[metric]:.4f} (macro-F1 {val['macro_f1']:.4f}, AUROC {val['auroc']:.4f})")
+    soup_info = {"method": method, "metric": metric,
+                 "ingredients": [{"model": ing.name, "path": str(ing.path), "run_id": (ing.meta.get("mlflow") or {}).get("run_id"),
+                                  f"validation_{metric}": ing.validation[metric], "kept": i in kept} for i, ing in enumerate(ingredients)],
+                 "trace": [{**t, "model": ingredients[t["ingredient"]].name} for t in trace]}
+    return finish(bench, ingredients, kept, val, val_logits, soup_info, out_dir, wall0)
 
+
+def finish(bench: SoupBench, ingredients: Sequence[Ingredient], kept: Sequence[int], val: Mapping[str, float], val_logits: np.ndarray,
+           soup_info: dict[str, Any], out_dir: Path, wall0: float) -> dict[str, Any]:
+    """Log the soup as an MLflow run, then :func:`~suffice.training.fit.finalize.finalize` it like a trained model."""
+    from suffice.training.fit.encode import eval_dataloader
+    from suffice.training.fit.loop import TrainState
+
+    cfg, splits, info, first, method, metric = bench.cfg, bench.splits, bench.info, ingredients[0], soup_info["method"], soup_info["metric"]
     run_name = cfg.tracking.run_name or f"{cfg.task}-soup-{time.strftime('%Y%m%d-%H%M%S')}"
     tracker = RunTracker(cfg.tracking.enabled, cfg.tracking.tracking_uri, cfg.tracking.experiment, True)
     commit = git_commit()
     state = TrainState(run_name=run_name)
-    ingredient_info = [{"model": ing.name, "path": str(ing.path), "run_id": (ing.meta.get("mlflow") or {}).get("run_id"),
-                        f"validation_{metric}": ing.validation[metric], "kept": i in kept} for i, ing in enumerate(ingredients)]
-    soup_info = {"method": method, "metric": metric, "ingredients": ingredient_info,
-                 "trace": [{**t, "model": ingredients[t["ingredient"]].name} for t in trace]}
     state.mlflow_run_id = tracker.start(run_name, tags={
         "task": cfg.task, "base_model": str(first.meta.get("base_model", cfg.base_model)), "finetune": "soup", "soup_method": method,
         "label_source": splits.label_source, "data_hash": splits.data_hash, "mlflow.source.git.commit": commit or "unknown"})
     try:
-        tracker.log_params({"method": method, "metric": metric, "config": config_used, "ingredients": len(ingredients),
+        tracker.log_params({"method": method, "metric": metric, "config": bench.config_used, "ingredients": len(ingredients),
                             "kept": ",".join(ingredients[i].name for i in kept), "git_commit": commit or "unknown",
                             "data_hash": splits.data_hash, "max_length": info["max_length"], "long_context_strategy": info["strategy"],
                             **{f"ingredient_{i}": ing.name for i, ing in enumerate(ingredients)}})
@@ -250,14 +292,14 @@ def soup(specs: Sequence[str], output_dir: str | Path, *, method: str = "greedy"
                             | {f"val_{k}": v for k, v in val.items()} | {"soup_size": float(len(kept))})
         tracker.log_text(json.dumps(json_safe(soup_info), indent=2), "soup.json")
         test_dl = None
-        if cfg.evaluate_test and encoded["test"] is not None:
-            test_dl = accelerator.prepare(eval_dataloader(encoded["test"], cfg.per_device_eval_batch_size, packer.pad_id))
+        if cfg.evaluate_test and bench.encoded["test"] is not None:
+            test_dl = bench.accelerator.prepare(eval_dataloader(bench.encoded["test"], cfg.per_device_eval_batch_size, bench.pad_id))
         # the first ingredient's provenance, except what this soup redoes (calibration, metrics, run)
         provenance = {k: v for k, v in first.meta.items() if k not in (*REQUIRED, "thresholds", "train_seconds", "metrics", "mlflow")}
         provenance.update({"finetune": "soup", "label_source": splits.label_source, "data_hash": splits.data_hash,
                            "git_commit": commit, "soup": json_safe(soup_info)})
-        done = finalize(cfg, accelerator, model, val_logits=val_logits, encoded=encoded, test_dl=test_dl, tracker=tracker, state=state,
-                        base_dir=first.path, out_dir=out_dir, provenance=provenance)
+        done = finalize(cfg, bench.accelerator, bench.model, val_logits=val_logits, encoded=bench.encoded, test_dl=test_dl,
+                        tracker=tracker, state=state, base_dir=first.path, out_dir=out_dir, provenance=provenance)
         summary = {k: v for k, v in done.items() if k not in ("temperature", "thresholds", "val_report", "test_report", "test")}
         total = time.perf_counter() - wall0
         tracker.log_metrics({"wall_seconds": total})
