@@ -1,7 +1,7 @@
 """Quality parts of the benchmark: the student against the autorater and gold, the long-context
 strategy against plain truncation, and the retrieval gate against its baseline.
 
-Metrics come from ``suffice.training.evaluate`` / ``suffice.training.metrics`` (the code behind
+Metrics come from ``suffice.training.evaluation`` (the code behind
 ``suffice evaluate``); this module only arranges the same items for several scorers and strategies.
 
 >>> ev_set = EvalSet.load(bundle=Path("models/demo/bundle"), model_dir=Path("models/demo"))  # doctest: +SKIP
@@ -63,15 +63,16 @@ class EvalSet:
 
         from suffice.serving.bundle import sha256_file
         from suffice.serving.packing import ContextPacker
-        from suffice.training import evaluate as ev
-        from suffice.training.model import load_tokenizer
-        from suffice.training.train import encode_split
+        from suffice.training.evaluation import evaluate as ev
+        from suffice.training.evaluation import report as evr
+        from suffice.training.fit.model import load_tokenizer
+        from suffice.training.fit.encode import encode_split
 
         t0 = time.perf_counter()
         datasets.disable_caching()  # encoded copies stay in memory: nothing is written into data/
         datasets.disable_progress_bars()
-        info = ev._model_info(bundle)
-        cfg, config_used = ev._eval_config(info, model_dir if model_dir is not None else bundle, None, [])
+        info = ev.model_info(bundle)
+        cfg, config_used = ev.eval_config(info, model_dir if model_dir is not None else bundle, None, [])
         splits = load_splits_readonly(cfg)
         if splits[split] is None or len(splits[split]) == 0:
             raise ValueError(f"the {split!r} split is empty for config {config_used}: nothing to evaluate")
@@ -91,7 +92,8 @@ class EvalSet:
         """Calibrated probabilities of the bundle on the test split (``int8`` or ``fp32``), cached."""
         key = f"probs_{precision}"
         if key not in self.cache:
-            from suffice.training import evaluate as ev
+            from suffice.training.evaluation import evaluate as ev
+            from suffice.training.evaluation import report as evr
 
             t0 = time.perf_counter()
             self.cache[key] = ev.score_bundle(self.bundle, self.test, self.info, 32, precision)
@@ -106,11 +108,11 @@ class EvalSet:
 def load_splits_readonly(cfg):
     """The model's splits, reading an already prepared dataset as it is (a run in progress may be
     using it); only when none exists is it prepared."""
-    from suffice.training.train import _load_prepared_splits, load_splits
+    from suffice.training.fit.splits import load_prepared_splits, load_splits
 
     if cfg.task == "sufficiency" and not cfg.train_file:
         try:
-            return _load_prepared_splits(cfg, is_main=False)
+            return load_prepared_splits(cfg, is_main=False)
         except FileNotFoundError:
             pass
     return load_splits(cfg)
@@ -124,7 +126,7 @@ def _binary_view(probs: np.ndarray, pos: int) -> tuple[np.ndarray, np.ndarray]:
 
 def gold_table(p2: np.ndarray, preds: np.ndarray, ds, ece_bins: int) -> dict[str, dict[str, float]]:
     """Per-source metrics of binary probabilities / decisions against the gold labels (rows with gold only)."""
-    from suffice.training.metrics import per_source_metrics
+    from suffice.training.evaluation.metrics import per_source_metrics
 
     gold = np.asarray(ds["gold_label"], dtype=np.int64)
     sel = gold >= 0
@@ -136,7 +138,7 @@ def gold_table(p2: np.ndarray, preds: np.ndarray, ds, ece_bins: int) -> dict[str
 
 def coverage_table(confidence: np.ndarray, correct: np.ndarray) -> dict[str, float]:
     """Accuracy on the most confident 50% / 80% / 100% of items."""
-    from suffice.training.metrics import selective_accuracy
+    from suffice.training.evaluation.metrics import selective_accuracy
 
     cov, acc = selective_accuracy(confidence, correct, points=20)
     return {f"acc_at_{int(c * 100)}": float(acc[int(round(c * 20)) - 1]) for c in COVERAGE_POINTS} if len(cov) else {}
@@ -148,8 +150,9 @@ def coverage_table(confidence: np.ndarray, correct: np.ndarray) -> dict[str, flo
 def quality(es: EvalSet, out: Path) -> dict[str, Any]:
     """Student (int8, fp32) and baselines per source against the autorater labels and gold, calibration,
     selective accuracy; writes reliability and selective-accuracy PNGs into ``out``."""
-    from suffice.training import evaluate as ev
-    from suffice.training.metrics import json_safe, plot_reliability, plot_selective_accuracy, reliability_bins, selective_accuracy
+    from suffice.training.evaluation import evaluate as ev
+    from suffice.training.evaluation import report as evr
+    from suffice.training.evaluation.metrics import json_safe, plot_reliability, plot_selective_accuracy, reliability_bins, selective_accuracy
 
     pos, names, bins = es.positive_index, es.names, es.cfg.calibration.ece_bins
     thresholds = es.info["thresholds"] or {"sufficient": 0.8, "partial": 0.5}
@@ -157,7 +160,7 @@ def quality(es: EvalSet, out: Path) -> dict[str, Any]:
     probs = {p: es.student_probs(p) for p in precisions}
     main = precisions[0]
     t0 = time.perf_counter()
-    report = ev.full_report(probs[main], es.test, train_ds=es.train, id2label=es.info["id2label"], positive_index=pos, ece_bins=bins,
+    report = evr.full_report(probs[main], es.test, train_ds=es.train, id2label=es.info["id2label"], positive_index=pos, ece_bins=bins,
                             thresholds=thresholds, baselines=es.cfg.resolved_baselines(), split="test", task=es.info["task"])
     baseline_seconds = time.perf_counter() - t0
     labels = np.asarray(es.test["labels"])
@@ -168,7 +171,7 @@ def quality(es: EvalSet, out: Path) -> dict[str, Any]:
     coverage: dict[str, dict[str, float]] = {}
     for p in precisions:
         if p != main:
-            vs_auto[f"student_{p}"] = ev.classification_report(probs[p], es.test, label_names=names, positive_index=pos, ece_bins=bins)
+            vs_auto[f"student_{p}"] = evr.classification_report(probs[p], es.test, label_names=names, positive_index=pos, ece_bins=bins)
         p2, pred = _binary_view(probs[p], pos)
         vs_gold[f"student_{p}"] = gold_table(p2, pred, es.test, bins)
         conf, correct = np.abs(probs[p][:, pos] - 0.5), (pred == pos_true).astype(int)
@@ -206,7 +209,7 @@ def quality(es: EvalSet, out: Path) -> dict[str, Any]:
         "selective_curves": {k: {"coverage": c.tolist(), "accuracy": a.tolist()} for k, (c, a) in curves.items()},
         "reliability": reliability_bins(probs[main][:, pos], pos_true, bins),
         "scoring_seconds": {p: es.cache.get(f"seconds_{p}") for p in precisions}, "baseline_seconds": baseline_seconds,
-        "margins_deployable": ev.margins(report, deployable_only=True),
+        "margins_deployable": evr.margins(report, deployable_only=True),
         "plots": [p.name for p in plots],
     })
 
@@ -224,7 +227,7 @@ def answer_in_window(items: Sequence[Any], tokenizer_path: Path, windows: Sequen
     from tokenizers import Tokenizer
 
     from suffice.serving.packing import ContextPacker
-    from suffice.training.baselines import normalise_answer
+    from suffice.training.evaluation.baselines import normalise_answer
 
     tok = Tokenizer.from_file(str(tokenizer_path))
     out: dict[str, dict[str, Any]] = {}
@@ -272,8 +275,9 @@ def _strategy_probs(bundle: Path, precision: str, questions: Sequence[str], pass
 def long_context(es: EvalSet, items: Sequence[Any], windows: Sequence[int]) -> dict[str, Any]:
     """Answer-in-window coverage (model-free) and the student's metrics with ``select`` vs ``truncate``
     on the multi-hop items of the test split (autorater and gold labels) and, flagged, of the train split."""
-    from suffice.training import evaluate as ev
-    from suffice.training.metrics import json_safe
+    from suffice.training.evaluation import evaluate as ev
+    from suffice.training.evaluation import report as evr
+    from suffice.training.evaluation.metrics import json_safe
 
     t0 = time.perf_counter()
     coverage = answer_in_window(items, es.bundle / "tokenizer.json", windows)
@@ -291,7 +295,7 @@ def long_context(es: EvalSet, items: Sequence[Any], windows: Sequence[int]) -> d
         for strategy in ("select", "truncate"):
             probs = _strategy_probs(es.bundle, precision, list(sub["question"]), list(sub["passages"]), strategy)
             p2, pred = _binary_view(probs, pos)
-            per[strategy] = {"vs_labels": ev.classification_report(probs, sub, label_names=names, positive_index=pos, ece_bins=bins),
+            per[strategy] = {"vs_labels": evr.classification_report(probs, sub, label_names=names, positive_index=pos, ece_bins=bins),
                              "vs_gold": gold_table(p2, pred, sub, bins)}
         models[split_name] = per
     return json_safe({"precision": precision, "model_strategy": es.info["strategy"], "window": es.info["max_length"],
@@ -350,16 +354,18 @@ def retrieval_gate(model: str, out: Path, baselines: Sequence[str] = ("tfidf_lr"
     """The gate model on its test threads next to the baselines (same items, same metrics)."""
     from suffice.serving.bundle import sha256_file
     from suffice.serving.packing import ContextPacker
-    from suffice.training import evaluate as ev
-    from suffice.training.metrics import json_safe
-    from suffice.training.model import load_tokenizer
-    from suffice.training.train import encode_split, load_splits
+    from suffice.training.evaluation import evaluate as ev
+    from suffice.training.evaluation import report as evr
+    from suffice.training.evaluation.metrics import json_safe
+    from suffice.training.fit.model import load_tokenizer
+    from suffice.training.fit.encode import encode_split
+    from suffice.training.fit.splits import load_splits
 
-    path = ev._resolve(model)
-    info = ev._model_info(path)
+    path = ev.resolve_model(model)
+    info = ev.model_info(path)
     if info["task"] != "retrieval_gate":
         raise ValueError(f"{model} is a {info['task']!r} model, not a retrieval gate: give --gate-model a retrieval-gate model")
-    cfg, config_used = ev._eval_config(info, path, None, [])
+    cfg, config_used = ev.eval_config(info, path, None, [])
     splits = load_splits(cfg)
     packer = ContextPacker(load_tokenizer(path), max_length=info["max_length"], strategy=info["strategy"])
     tok_hash = sha256_file(path / "tokenizer.json")
@@ -371,7 +377,7 @@ def retrieval_gate(model: str, out: Path, baselines: Sequence[str] = ("tfidf_lr"
         probs = ev.score_model_dir(path, test, 32, info["temperature"], packer.pad_id)
     seconds = time.perf_counter() - t0
     pos = next(i for i, n in info["id2label"].items() if n == info["positive_label"])
-    report = ev.full_report(probs, test, train_ds=train, id2label=info["id2label"], positive_index=pos, ece_bins=cfg.calibration.ece_bins,
+    report = evr.full_report(probs, test, train_ds=train, id2label=info["id2label"], positive_index=pos, ece_bins=cfg.calibration.ece_bins,
                             thresholds=info["thresholds"] or {"skip": 0.5}, baselines=list(baselines), split="test", task="retrieval_gate")
     return json_safe({"model": model, "resolved": str(path), "kind": info["kind"], "config": config_used, "n_test": len(test),
                       "data_hash": splits.data_hash, "scoring_seconds": seconds, "thresholds": report["thresholds"],

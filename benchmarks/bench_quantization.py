@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     from suffice.serving.packing import pad_packed
     from suffice.serving.runtime import OnnxClassifier, RuntimeConfig, softmax
     from suffice.training.data.builder import load_prepared
-    from suffice.training.export import quantise_onnx
+    from suffice.training.export import quantise
 
     clf = OnnxClassifier(args.bundle, RuntimeConfig(precision="fp32", intra_op_threads=args.threads))
     val = load_prepared(args.data)[0]["validation"]
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for name, (wtype, rr, ops) in RECIPES.items():
             dst = Path(tmp) / "q.onnx"
-            quantise_onnx(model, dst, reduce_range=rr, weight_type=wtype, op_types=ops)
+            quantise(model, dst, reduce_range=rr, weight_type=wtype, op_types=ops)
             res, _ = run_one(name, _session(dst, args.threads), dst.stat().st_size / 1e6, ref)
             results.append(res)
     margins = np.abs(softmax(ref, temp)[:, -1] - 0.5)

@@ -61,11 +61,11 @@ def acceptance(gate) -> list[dict]:
 def test_threads(config: str, overrides: list[str], cfg=None):
     """(train rows, test rows) exactly as training split them (``cfg``, when given, is the resolved
     training config and wins over ``config`` / ``overrides``)."""
-    from suffice.training.train import _load_gate_splits
-    from suffice.training.train_config import build_train_config
+    from suffice.training.fit.splits import load_gate_splits
+    from suffice.training.fit.config import build_train_config
 
     cfg = cfg if cfg is not None else build_train_config(config, overrides)
-    splits = _load_gate_splits(cfg)
+    splits = load_gate_splits(cfg)
     return splits.train, splits.test
 
 
@@ -117,8 +117,8 @@ def run(bundle: str | Path, config: str = str(REPO / "configs" / "retrieval-gate
     check at export) is measured in fp32 and says so (``headline_precision``)."""
     from suffice.serving.bundle import read_manifest
     from suffice.serving.retrieval_gate import RetrievalGate, RetrievalGateConfig
-    from suffice.training.baselines import TfidfLogisticBaseline
-    from suffice.training.metrics import auroc
+    from suffice.training.evaluation.baselines import TfidfLogisticBaseline
+    from suffice.training.evaluation.metrics import auroc
 
     train, test = test_threads(config, overrides or [], cfg)
     head = "int8" if read_manifest(bundle).int8_model_file else "fp32"

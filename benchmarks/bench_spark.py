@@ -124,12 +124,12 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{tmp}/mlflow.db"
         os.environ["SUFFICE_MLRUNS_DIR"] = tmp
         from suffice.serving import read_manifest
-        from suffice.training import registry
+        from suffice.training.export import registry
 
         local = Path(tmp) / "bundle"
         shutil.copytree(bundle, local)
         # a run of the throw-away store (the manifest's run id belongs to the store the model was trained in)
-        client = registry._client()
+        client = registry.mlflow_client()
         run_id = client.create_run(client.create_experiment("bench-spark", artifact_location=(Path(tmp) / "artifacts").as_uri())).info.run_id
         name, version = registry.register_bundle(local, run_id=run_id)
         registry.promote(name, version, "production")

@@ -19,7 +19,7 @@ import numpy as np
 
 
 def _batches(train_ds, pad_id: int, batch_size: int, n_batches: int, seed: int, grouping: bool) -> list[dict[str, Any]]:
-    from suffice.training.train import EVAL_COLUMNS, LengthGroupedSampler, make_collate
+    from suffice.training.fit.encode import EVAL_COLUMNS, LengthGroupedSampler, make_collate
 
     rng = np.random.default_rng(seed)
     n = min(len(train_ds), batch_size * n_batches)
@@ -35,8 +35,8 @@ def training_cost(cfg, base_dir, train_ds, pad_id: int, steps: int = 12, rounds:
     import torch
     import torch.nn.functional as F
 
-    from suffice.training.model import build_model, optimizer_groups, trainable_parameters
-    from suffice.training.train import class_weights
+    from suffice.training.fit.model import build_model, optimizer_groups, trainable_parameters
+    from suffice.training.fit.encode import class_weights
 
     torch.set_num_threads(threads)
     torch.manual_seed(cfg.seed)

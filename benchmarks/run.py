@@ -62,9 +62,10 @@ def newest_model_dir(root: Path = REPO / "models") -> Path:
 def resolve_targets(args) -> tuple[Path | None, Path]:
     """(trained-model directory or None, bundle directory) from the arguments."""
     if args.model:
-        from suffice.training import evaluate as ev
+        from suffice.training.evaluation import evaluate as ev
+        from suffice.training.evaluation import report as evr
 
-        path = ev._resolve(args.model)
+        path = ev.resolve_model(args.model)
         if (path / "suffice.json").is_file():
             return (Path(args.model_dir) if args.model_dir else None), path
         bundle = Path(args.bundle) if args.bundle else path / "bundle"
@@ -86,26 +87,26 @@ def resolve_targets(args) -> tuple[Path | None, Path]:
 
 def with_int8(bundle: Path, work: Path) -> tuple[Path, str | None]:
     """The bundle itself when it ships an int8 model; else a copy in ``work`` with an int8 model quantised
-    now by the exporter's own ``quantise_onnx`` (a bundle is fp32-only when int8 failed the export parity
+    now by the exporter's own ``quantise`` (a bundle is fp32-only when int8 failed the export parity
     check), so that int8 and fp32 are still compared side by side. Returns (bundle, note or None)."""
     import dataclasses
     import shutil
 
     from suffice.serving.bundle import MODEL_INT8, read_manifest, sha256_file, write_manifest
-    from suffice.training.export import quantise_onnx
+    from suffice.training.export import quantise
 
     manifest = read_manifest(bundle)
     if manifest.int8_model_file:
         return bundle, None
     copy = work / "bundle-with-int8"
     shutil.copytree(bundle, copy)
-    how = quantise_onnx(copy / manifest.model_file, copy / MODEL_INT8)
+    how = quantise(copy / manifest.model_file, copy / MODEL_INT8)
     files = {**dict(manifest.files), MODEL_INT8: sha256_file(copy / MODEL_INT8)}
     write_manifest(copy, dataclasses.replace(manifest, int8_model_file=MODEL_INT8, files=files,
                                              parity={**dict(manifest.parity), "benchmark_quantization": how}))
     return copy, (f"the bundle ships no int8 model (`suffice demo` exports fp32 only when int8 fails the export parity check), so the "
                   f"int8 model measured here was quantised from the bundle's fp32 graph in this run with "
-                  f"suffice.training.export.quantise_onnx: {how}")
+                  f"suffice.training.export.quantise: {how}")
 
 
 def cpu_probe_ms() -> float:
@@ -205,7 +206,7 @@ class Bench:
     def training(self) -> dict[str, Any]:
         from bench_training import training_cost
 
-        from suffice.training.model import resolve_base_dir
+        from suffice.training.fit.model import resolve_base_dir
 
         es = self.eval_set
         base = self.model_dir if self.smoke else resolve_base_dir(es.cfg.base_model)
@@ -243,14 +244,16 @@ class Bench:
         issue's acceptance examples."""
         import bench_retrieval_gate
 
-        from suffice.training import evaluate as ev
+        from suffice.training.evaluation import evaluate as ev
+
+        from suffice.training.evaluation import report as evr
 
         path = Path(result["resolved"])
         bundle = path if (path / "suffice.json").is_file() else path / "bundle"
         if not (bundle / "suffice.json").is_file():
             return {"not_measured": f"{result['model']} has no exported bundle (suffice export --model {path} --out {path / 'bundle'})"}
-        info = ev._model_info(path)
-        cfg, _ = ev._eval_config(info, path, None, [])
+        info = ev.model_info(path)
+        cfg, _ = ev.eval_config(info, path, None, [])
         return bench_retrieval_gate.run(bundle, threads=self.args.threads, cfg=cfg)
 
     def llm(self) -> dict[str, Any]:
@@ -292,7 +295,7 @@ def training_run_log(model_dir: Path | None) -> dict[str, Any] | None:
 # ------------------------------------------------------------------------------------------
 def mlflow_metrics(results: dict[str, Any]) -> dict[str, float]:
     """The numbers worth comparing across runs, flat (NaN and None left out)."""
-    from suffice.training.metrics import flat_metrics
+    from suffice.training.evaluation.metrics import flat_metrics
 
     m: dict[str, float] = {f"seconds_{k}": v for k, v in results["timings_s"].items()}
     speed = results.get("speed") or {}
@@ -483,7 +486,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from report import render_markdown
 
-    from suffice.training.metrics import json_safe
+    from suffice.training.evaluation.metrics import json_safe
 
     results = json_safe(results)
     if args.merge:

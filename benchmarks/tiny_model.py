@@ -29,7 +29,7 @@ def _tiny_model_dir(out: Path, task: str, max_length: int, config_overrides: lis
 
     from suffice.training.config import dump_yaml
     from suffice.training.paths import resolve_base_model
-    from suffice.training.train_config import build_train_config
+    from suffice.training.fit.config import build_train_config
 
     torch.manual_seed(0)
     base = Path(resolve_base_model("minilm-l6"))

@@ -85,6 +85,19 @@ def resolve_bundle_uri(uri: str | os.PathLike, cache_dir: str | os.PathLike | No
         # an MLflow model folder (a downloaded registry version) holds its bundle under data/;
         # any other folder is taken as the bundle itself, and loading it says what is missing
         return find_bundle(path) if (path / "MLmodel").is_file() else path
+    return find_bundle(download_registry_uri(text, cache_dir))
+
+
+def download_registry_uri(uri: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> Path:
+    """The local folder holding the artifacts of ``models:/NAME/N``, ``models:/NAME@alias`` or ``runs:/RUN/PATH``.
+
+    Downloaded once, atomically, into ``cache_dir/NAME/VERSION`` (``cache_dir/runs/...`` for a run
+    URI); a killed download never leaves a folder a later call would take as complete. The folder
+    is returned as downloaded: a bundle, an MLflow model holding one, or a trained-model directory.
+    """
+    text = str(uri)
+    if not is_registry_uri(text):
+        raise RegistryURIError(f"{text!r} is not a registry URI: give models:/NAME/VERSION, models:/NAME@ALIAS or runs:/RUN_ID/PATH")
     try:
         import mlflow
         from mlflow.tracking import MlflowClient
@@ -122,4 +135,4 @@ def resolve_bundle_uri(uri: str | os.PathLike, cache_dir: str | os.PathLike | No
             raise RegistryURIError(f"could not download {text} (source {source}) into {target}: {e}") from e
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-    return find_bundle(target)
+    return target

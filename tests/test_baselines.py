@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from suffice.training.baselines import (
+from suffice.training.evaluation.baselines import (
     AnswerInContextBaseline,
     KeywordCoverageBaseline,
     TfidfLogisticBaseline,

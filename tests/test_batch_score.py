@@ -39,7 +39,7 @@ def _direct(bundle, rows, **cfg):
 
 
 def test_jsonl_in_jsonl_out_equals_the_direct_scorer(bundle, tmp_path, capsys):
-    from suffice.training.batch_score import main
+    from suffice.serving.batch import main
 
     rows = [{"id": f"r{i}", **r, "meta": {"k": i}} for i, r in enumerate(MIXED_ROWS)]
     _write_jsonl(tmp_path / "in.jsonl", rows, blank_every=2)
@@ -59,7 +59,7 @@ def test_jsonl_in_jsonl_out_equals_the_direct_scorer(bundle, tmp_path, capsys):
 
 
 def test_parquet_in_parquet_out_keeps_the_input_schema(bundle, tmp_path):
-    from suffice.training.batch_score import main
+    from suffice.serving.batch import main
 
     passage = pa.struct([("title", pa.string()), ("text", pa.string())])
     schema = pa.schema([("id", pa.int64()), ("question", pa.string()), ("passages", pa.list_(passage)), ("context", pa.string())])
@@ -107,7 +107,7 @@ def test_registry_alias_as_model_and_progress_with_throughput(bundle, tmp_path, 
     (['["Q?", "c"]'], "expected a JSON object"),
 ])
 def test_bad_rows_are_named_and_leave_no_output(bundle, tmp_path, capsys, lines, message):
-    from suffice.training.batch_score import main
+    from suffice.serving.batch import main
 
     (tmp_path / "in.jsonl").write_text("\n".join(lines) + "\n")
     assert main(["--input", str(tmp_path / "in.jsonl"), "--output", str(tmp_path / "out.jsonl"), "--model", str(bundle),
@@ -124,7 +124,7 @@ def test_bad_rows_are_named_and_leave_no_output(bundle, tmp_path, capsys, lines,
     (["--input", "in.jsonl", "--output", "o.jsonl", "--batch-size", "0"], "batch_size"),
 ])
 def test_bad_options_are_named(bundle, tmp_path, capsys, monkeypatch, args, message):
-    from suffice.training.batch_score import main
+    from suffice.serving.batch import main
 
     monkeypatch.chdir(tmp_path)
     _write_jsonl(tmp_path / "in.jsonl", MIXED_ROWS[:1])
@@ -145,7 +145,7 @@ def test_streams_a_file_larger_than_the_memory_it_may_use(bundle, tmp_path):
     _write_jsonl(tmp_path / "warm.jsonl", MIXED_ROWS)
     code = textwrap.dedent(f"""
         import json, resource, sys
-        from suffice.training.batch_score import main
+        from suffice.serving.batch import main
         common = ["--model", {str(bundle)!r}, "--no-progress", "--keep-columns", "id", "--threads", "1"]
         # warm up: every lazy import and the ONNX session's arenas exist before the limit is set
         assert main(["--input", {str(tmp_path / "warm.jsonl")!r}, "--output", {str(tmp_path / "warm.out.jsonl")!r}, *common]) == 0

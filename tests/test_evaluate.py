@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from suffice.training.evaluate import evaluate, main
-from suffice.training.train import run
-from suffice.training.train_config import build_train_config
+from suffice.training.evaluation.evaluate import evaluate, main
+from suffice.training.fit.run import run
+from suffice.training.fit.config import build_train_config
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE = str(REPO / "tests" / "fixtures" / "train20.jsonl")

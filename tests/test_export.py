@@ -87,14 +87,15 @@ def test_register_resolve_promote_round_trip(exported, tmp_path):
     import mlflow
 
     from suffice.serving import SufficiencyScorer
-    from suffice.training import registry
+    from suffice.training.export import registry
+    from suffice.training.paths import default_tracking_uri
 
     _, bundle = exported
     local = tmp_path / "b"
     import shutil
 
     shutil.copytree(bundle, local)
-    mlflow.set_tracking_uri(registry.default_tracking_uri())
+    mlflow.set_tracking_uri(default_tracking_uri())
     exp = mlflow.create_experiment("train-test", artifact_location=(tmp_path / "artifacts").as_uri())
     with mlflow.start_run(experiment_id=exp) as run:
         pass
@@ -111,7 +112,8 @@ def test_register_resolve_promote_round_trip(exported, tmp_path):
 
 
 def test_cli_exports_and_registers(tiny_bert_dir, tmp_path, capsys):
-    from suffice.training import export, registry
+    from suffice.training import export
+    from suffice.training.export import registry
 
     model_dir = make_model_dir(tiny_bert_dir, tmp_path / "model")
     data = tmp_path / "val.jsonl"

@@ -157,7 +157,7 @@ def test_selective_answerer_fit_save_load_and_coverage(tmp_path):
 
 
 def test_fit_selective_cli_writes_model_and_plot(tmp_path):
-    from suffice.training.selective import main
+    from suffice.training.evaluation.selective_fit import main
 
     rng = np.random.default_rng(1)
     rows = [{"sufficiency": float(s), "confidence": float(c), "correct": int(rng.uniform() < 0.2 + 0.6 * s)}

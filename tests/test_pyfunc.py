@@ -158,7 +158,7 @@ def test_service_resolves_a_registry_alias_once_at_start_up(registered, tmp_path
 def test_failed_registration_takes_the_version_back(bundle, registered, tmp_path, monkeypatch):
     from mlflow.tracking import MlflowClient
 
-    from suffice.training import registry
+    from suffice.training.export import registry
 
     def broken(*args, **kwargs):
         raise OSError("disk full")

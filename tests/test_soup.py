@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from suffice.training.soup import SoupError, average, greedy_soup, main, soup
-from suffice.training.train import run
+from suffice.training.fit.soup import SoupError, average, greedy_soup, main, soup
+from suffice.training.fit.run import run
 
 from test_train import tiny_config
 
@@ -70,7 +70,7 @@ def _weights(path: Path):
 def test_uniform_soup_is_the_mean_of_its_ingredients_and_is_tracked_and_registered(ingredients, tmp_path, capsys):
     from mlflow.tracking import MlflowClient
 
-    from suffice.training.model import load_model_dir
+    from suffice.training.fit.model import load_model_dir
 
     out = tmp_path / "soup"
     summary = soup([str(ingredients / "a"), str(ingredients / "b")], out, method="uniform", overrides=["--tracking.enabled=true"])
@@ -100,7 +100,7 @@ def test_uniform_soup_is_the_mean_of_its_ingredients_and_is_tracked_and_register
 
 
 def test_greedy_soup_records_its_ingredients_scores_and_trace(ingredients, tmp_path, monkeypatch):
-    import suffice.training.soup as soup_mod
+    import suffice.training.fit.soup as soup_mod
 
     monkeypatch.setattr(soup_mod, "better_or_equal", lambda metric, value, best: True)  # every average "helps"
     out = tmp_path / "greedy"
@@ -114,7 +114,7 @@ def test_greedy_soup_records_its_ingredients_scores_and_trace(ingredients, tmp_p
 
 
 def test_greedy_soup_of_one_surviving_ingredient_writes_nothing(ingredients, tmp_path, monkeypatch, capsys):
-    import suffice.training.soup as soup_mod
+    import suffice.training.fit.soup as soup_mod
 
     monkeypatch.setattr(soup_mod, "better_or_equal", lambda metric, value, best: False)  # every average "hurts"
     out = tmp_path / "none"

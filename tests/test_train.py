@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from suffice.training.train import run
-from suffice.training.train_config import build_train_config
+from suffice.training.fit.run import run
+from suffice.training.fit.config import build_train_config
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE = str(REPO / "tests" / "fixtures" / "train20.jsonl")
@@ -27,7 +27,7 @@ def tiny_config(base: Path, out: Path, *extra: str):
 
 def _pack(model_dir: Path, rows):
     from suffice.serving.packing import ContextPacker
-    from suffice.training.model import load_tokenizer
+    from suffice.training.fit.model import load_tokenizer
 
     packer = ContextPacker(load_tokenizer(model_dir), max_length=64, strategy="select")
     feeds, _ = packer.pack_batch([r["question"] for r in rows], [r["passages"] for r in rows])
@@ -146,7 +146,7 @@ def test_full_finetuning_three_levels_without_tracking(tiny_bert, tmp_path):
 
 
 def test_retrieval_gate_rows_and_group_split(tmp_path):
-    from suffice.training.train import load_splits
+    from suffice.training.fit.splits import load_splits
 
     threads = tmp_path / "gate.jsonl"
     lines = []
@@ -174,7 +174,7 @@ def test_retrieval_gate_rows_and_group_split(tmp_path):
 
 
 def test_prepared_data_section_feeds_training(shared_data_dir):
-    from suffice.training.train import load_splits
+    from suffice.training.fit.splits import load_splits
 
     cfg = build_train_config(REPO / "configs" / "sufficiency.yaml", ["--data.name=pytest", "--data.sources=[qed]",
                                                                      "--data.include_variants=false"])
@@ -201,10 +201,10 @@ def test_export_true_writes_a_bundle_the_service_can_load(tiny_bert, tmp_path):
 
 def test_refused_int8_still_ships_the_checked_fp32_bundle(tiny_bert, tmp_path, monkeypatch, capsys):
     """An int8 parity failure must not leave a trained model without a bundle: fp32 only, said aloud."""
-    export = pytest.importorskip("suffice.training.export")
     from functools import partial
 
     from suffice.serving.bundle import read_manifest
+    from suffice.training.export import bundle as export
 
     monkeypatch.setattr(export, "ParityConfig", partial(export.ParityConfig, min_agreement=1.01))  # int8 can never pass
     out = tmp_path / "exported"
@@ -230,54 +230,38 @@ def test_real_minilm_overfits_a_dozen_items(minilm_dir, tmp_path):
     assert last["accuracy"] == 1.0
 
 
-def test_find_answer_span_looks_only_inside_the_context():
-    from suffice.training.train import find_answer_span
+def test_answer_lookup_reads_the_rows_gold_answers(tiny_bert, tmp_path):
+    """answer_lookup (which `suffice weak` uses) maps ids to the gold answers of JSONL rows."""
+    from suffice.training.fit.splits import answer_lookup, load_splits
 
-    ids, types = [101, 7, 8, 102, 5, 7, 8, 9, 102], [0, 0, 0, 0, 1, 1, 1, 1, 1]
-    assert find_answer_span(ids, types, [[7, 8]]) == (5, 6)  # not the (7, 8) inside the question
-    assert find_answer_span(ids, types, [[4], [9]]) == (7, 7)  # the first answer that is in the window
-    assert find_answer_span(ids, types, [[4], []]) == (-1, -1)
-    assert find_answer_span([101, 7, 102], [0, 0, 0], [[7]]) == (-1, -1)  # no context segment
+    cfg = tiny_config(tiny_bert, tmp_path / "m", "--tracking.enabled=false")
+    assert answer_lookup(cfg, load_splits(cfg).train)["fixture:00"] == ["1911"]
 
 
-def test_answer_span_head_trains_with_the_classifier_and_is_not_saved(tiny_bert, tmp_path, capsys):
-    """answer_span_weight > 0: span targets are built from the rows' gold answers (answer tokens for
-    sufficient rows, [CLS] for insufficient ones), the auxiliary loss trains, and the saved model
-    is the plain classifier that export and serving read."""
-    import torch
-    from safetensors.torch import load_file
-
-    from suffice.training.train import answer_lookup, encode_split, load_splits
-    from suffice.serving.packing import ContextPacker
-    from suffice.training.model import load_tokenizer
-
-    cfg = tiny_config(tiny_bert, tmp_path / "m", "--answer_span_weight=0.5", "--tracking.enabled=false", "--evaluate_test=false",
-                      "--num_train_epochs=1")
-    splits = load_splits(cfg)
-    answers = answer_lookup(cfg, splits.train)
-    assert answers["fixture:00"] == ["1911"]
-    packer = ContextPacker(load_tokenizer(tiny_bert), max_length=64, strategy="select")
-    enc = encode_split(splits.train, packer, cfg, "h", answers)
-    by_id = dict(zip(splits.train["id"], range(len(splits.train))))
-    row = enc[by_id["fixture:00"]]
-    s, e = row["span_start"], row["span_end"]
-    assert 0 < s <= e and packer.tokenizer.decode(row["input_ids"][s:e + 1]) == "1911"
-    assert all(st == 0 for st, lab in zip(enc["span_start"], splits.train["label"]) if lab == 0)  # [CLS] = no answer
-
-    summary = run(cfg)
-    assert "answer-span head (weight 0.5)" in capsys.readouterr().out
-    saved = load_file(str(tmp_path / "m" / "model.safetensors"))
-    assert not any("span" in k for k in saved)
-    assert summary["history"][-1]["loss"] > 0 and torch.isfinite(torch.tensor(summary["history"][-1]["loss"]))
-
-
-def test_answer_span_weight_is_checked():
+def test_answer_span_weight_is_gone():
+    """The answer-span head (worse in both measured runs, no user) was deleted with its config key."""
     from suffice.training.config import ConfigError
 
-    with pytest.raises(ConfigError, match="answer_span_weight=-1"):
-        build_train_config(None, [f"--train_file={FIXTURE}", "--answer_span_weight=-1"])
-    with pytest.raises(ConfigError, match="only the sufficiency task"):
-        build_train_config(None, ["--task=retrieval_gate", "--long_context_strategy=recent", "--answer_span_weight=1"])
+    with pytest.raises(ConfigError, match="answer_span_weight"):
+        build_train_config(None, [f"--train_file={FIXTURE}", "--answer_span_weight=0.5"])
+
+
+def test_auxiliary_loss_gets_its_columns_and_joins_the_loss(tiny_bert, tmp_path):
+    """An auxiliary loss (the hook for optional training features) sees the columns it declares in
+    every train batch, and what it returns is added to the classification loss."""
+    calls = []
+
+    class LengthPenalty:
+        columns = ("length",)
+        output_hidden_states = True
+
+        def __call__(self, outputs, batch):
+            calls.append((tuple(batch["length"].shape), len(outputs.hidden_states)))
+            return 0.0 * outputs.logits.sum()
+
+    cfg = tiny_config(tiny_bert, tmp_path / "m", "--tracking.enabled=false", "--evaluate_test=false", "--num_train_epochs=1")
+    run(cfg, aux_losses=[LengthPenalty()])
+    assert calls and all(shape[0] >= 1 and n_hidden >= 2 for shape, n_hidden in calls)
 
 
 def test_encoder_layers_keeps_the_lowest_layers(tiny_bert, tmp_path):
@@ -285,7 +269,7 @@ def test_encoder_layers_keeps_the_lowest_layers(tiny_bert, tmp_path):
     from safetensors.torch import load_file
     from transformers import AutoConfig
 
-    from suffice.training.model import build_model
+    from suffice.training.fit.model import build_model
 
     base = load_file(str(tiny_bert / "model.safetensors"))
     m = build_model(tiny_bert, num_labels=2, id2label={0: "no", 1: "yes"}, finetune="full", encoder_layers=1)

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from suffice.training.config import ConfigError
-from suffice.training.train import LengthGroupedSampler, class_weights, main
-from suffice.training.train_config import TrainConfig, build_train_config
+from suffice.training.fit.encode import LengthGroupedSampler, class_weights
+from suffice.training.train import main
+from suffice.training.fit.config import TrainConfig, build_train_config
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE = str(REPO / "tests" / "fixtures" / "train20.jsonl")

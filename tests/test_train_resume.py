@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from suffice.training import train as train_mod
+from suffice.training.fit import loop as train_mod
 from suffice.training.config import ConfigError
-from suffice.training.train import run
-from suffice.training.train_config import build_train_config
+from suffice.training.fit.run import run
+from suffice.training.fit.config import build_train_config
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE = str(REPO / "tests" / "fixtures" / "train20.jsonl")

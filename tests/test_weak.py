@@ -98,8 +98,8 @@ def _splits_rows():
 
 
 def test_the_stage1_file_is_what_training_reads(tmp_path):
-    from suffice.training.train import load_splits
-    from suffice.training.train_config import build_train_config
+    from suffice.training.fit.splits import load_splits
+    from suffice.training.fit.config import build_train_config
 
     out = tmp_path / "weak" / "w.jsonl"
     manifest = build_weak_file(_dsd(_splits_rows()), out, WeakConfig(), {"squad2:1": ["1830"]}, {"data_hash": "abc", "name": "t"})
@@ -125,7 +125,7 @@ def test_no_sufficient_parent_is_an_error(tmp_path):
 def test_stage2_starts_from_the_stage1_model(tiny_bert, tmp_path):
     from tests.test_train import tiny_config
 
-    from suffice.training.train import run
+    from suffice.training.fit.run import run
 
     out = tmp_path / "w.jsonl"
     build_weak_file(_dsd(_splits_rows()), out, WeakConfig(), {})
@@ -153,7 +153,7 @@ def test_cli_on_the_shared_data(shared_data_dir, tmp_path, capsys):
 def test_a_base_model_with_another_label_count_keeps_the_encoder(tiny_bert, tmp_path, caplog):
     from tests.test_train import tiny_config
 
-    from suffice.training.train import run
+    from suffice.training.fit.run import run
 
     binary = tmp_path / "binary"
     run(tiny_config(tiny_bert, binary, "--tracking.enabled=false", "--baselines=[]", "--num_train_epochs=1"))

@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+from suffice.serving.bundle import MANIFEST_NAME
 from suffice.training.paths import REPO_ROOT
 
 
@@ -67,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"suffice demo: training failed with exit code {rc} (see the messages above)", file=sys.stderr)
         return rc
     bundle = Path(out_dir) / "bundle"
-    if (bundle / "suffice.json").is_file():
+    if (bundle / MANIFEST_NAME).is_file():
         print(f"bundle: {bundle}")
     print(f"\ndemo finished in {time.perf_counter() - t0:.0f} s.")
     print("Compare runs and registered versions in the MLflow UI: `make mlflow-ui`, then open http://127.0.0.1:5000")

@@ -1,0 +1,27 @@
+"""``suffice export`` and ``suffice promote``: a trained-model directory -> a checked ONNX bundle -> the registry.
+
+The steps, one public function each, in the order :func:`.bundle.export_bundle` runs them
+(like sentence-transformers' ``backend/`` folder):
+
+    steps.read_model -> steps.merge -> steps.to_onnx -> steps.optimise -> steps.quantise
+    -> parity.check_parity -> manifest.write_manifest -> parity.check_roundtrip
+
+- :mod:`.validation` the items parity is checked on; :mod:`.errors` ExportError, ParityError, ParityConfig
+- :mod:`.registry`   register a bundle in MLflow, resolve a registry URI, promote an alias
+- :mod:`.cli`        the ``suffice export`` command
+
+>>> from suffice.training.export import export_bundle
+>>> export_bundle("models/demo", "bundles/demo", validation_items=items)  # doctest: +SKIP
+PosixPath('bundles/demo')
+"""
+
+from suffice.training.export.bundle import export_bundle
+from suffice.training.export.cli import build_parser, main
+from suffice.training.export.errors import ExportError, ParityConfig, ParityError
+from suffice.training.export.steps import cpu_has_vnni, merge, optimise, quantise, read_model, to_onnx
+from suffice.training.export.validation import PROBE_ITEMS, load_validation_jsonl
+
+__all__ = [
+    "PROBE_ITEMS", "ExportError", "ParityConfig", "ParityError", "build_parser", "cpu_has_vnni", "export_bundle",
+    "load_validation_jsonl", "main", "merge", "optimise", "quantise", "read_model", "to_onnx",
+]

@@ -1,0 +1,85 @@
+"""``export_bundle``: the export steps in order, in a temporary folder, moved into place only when every check passed.
+
+>>> export_bundle("runs/x/model", "bundles/x", validation_items=items)  # doctest: +SKIP
+PosixPath('bundles/x')
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Sequence
+
+from suffice.serving.bundle import MODEL_FP32, MODEL_INT8, TOKENIZER
+from suffice.training.export.errors import ExportError, ParityConfig, ParityError  # noqa: F401  (ParityError: re-exported)
+from suffice.training.export.manifest import write_manifest
+from suffice.training.export.parity import check_parity, check_roundtrip
+from suffice.training.export.steps import merge, optimise, quantise, read_model, to_onnx
+from suffice.training.export.validation import PROBE_ITEMS, as_pair
+
+log = logging.getLogger("suffice.export")
+
+
+def export_bundle(
+    model_dir: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    validation_items: Sequence[Any] | None = None,
+    *,
+    quantize: bool = True,
+    optimize: bool = True,
+    parity: ParityConfig | None = None,
+    overwrite: bool = False,
+    registered_model: str | None = None,
+    model_version: str | None = None,
+) -> Path:
+    """Export a trained-model directory to a checked bundle at ``out_dir`` and return its path.
+
+    ``validation_items``: Items, ``{question, passages, label}`` dicts or ``(question, passages)``
+    tuples (labels enable the F1 check); None uses a few built-in probe pairs.
+
+    >>> export_bundle("runs/x/model", "/tmp/bundle", validation_items=[("Where is Paris?", ["Paris is in France."])])  # doctest: +SKIP
+    PosixPath('/tmp/bundle')
+    """
+    from tokenizers import Tokenizer
+
+    from suffice.serving.packing import ContextPacker
+
+    model_dir, out_dir = Path(model_dir), Path(out_dir)
+    pc = parity or ParityConfig()
+    meta = read_model(model_dir)
+    if out_dir.exists() and not overwrite:
+        raise ExportError(f"{out_dir} already exists: choose another --out or pass --overwrite")
+    items = [as_pair(x, i) for i, x in enumerate(validation_items)] if validation_items else [(q, p, None) for q, p in PROBE_ITEMS]
+
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=".suffice-export-", dir=out_dir.parent))
+    try:
+        merged = merge(model_dir, meta, work)
+        plain = to_onnx(merged, work)
+        fp32_src, opt_desc = optimise(plain.parent, work) if optimize else (plain, "none (disabled)")
+        bundle = work / "bundle"
+        bundle.mkdir()
+        shutil.copy(fp32_src, bundle / MODEL_FP32)
+        shutil.copy(model_dir / TOKENIZER, bundle / TOKENIZER)
+        quant_desc = quantise(bundle / MODEL_FP32, bundle / MODEL_INT8) if quantize else None
+
+        # inputs exactly as serving builds them
+        packer = ContextPacker(Tokenizer.from_file(str(model_dir / TOKENIZER)), max_length=int(meta.max_length),
+                               strategy=str(meta.long_context_strategy))
+        packed = [packer.pack(q, p) for q, p, _ in items]
+        report, fp32_par = check_parity(merged, bundle, packed, packer.pad_id, [lab for _, _, lab in items], meta, pc,
+                                        quantized=quantize, graph_optimization=opt_desc, quantization=quant_desc)
+        write_manifest(bundle, meta, report, quantized=quantize, registered_model=registered_model, model_version=model_version)
+        check_roundtrip(bundle, packed, fp32_par, pc)
+
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        os.replace(bundle, out_dir)
+        log.info("bundle written to %s: %s", out_dir, json.dumps(report))
+        return out_dir
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

@@ -1,0 +1,74 @@
+"""``suffice export``: merge, export to ONNX, optimise, quantise, check parity, write a bundle.
+
+Export and parity are one step. The bundle is first assembled in a temporary folder next to
+``--out``; only after every check passes is it moved into place, so a failed export leaves no
+bundle behind. A failed check exits 3 naming the check and the largest difference.
+
+    suffice export --model runs/2025-01-01/model --out bundles/sufficiency-v3 --validation-data data/validation.jsonl
+    suffice export --model models:/suffice-sufficiency/3 --out bundles/v3 --register
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+
+from suffice.serving.bundle import MANIFEST_NAME
+from suffice.training.export.bundle import export_bundle
+from suffice.training.export.errors import ExportError, ParityConfig, ParityError
+from suffice.training.export.validation import load_validation_jsonl
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="suffice export", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", required=True, help="trained-model dir, models:/NAME/N, models:/NAME@alias or runs:/RUN/PATH")
+    ap.add_argument("--out", required=True, help="bundle folder to write (must not exist unless --overwrite)")
+    ap.add_argument("--validation-data", help="JSONL of items (question, passages, label); without it parity runs on 8 built-in probe pairs only")
+    ap.add_argument("--split", default="validation", help="split to keep from --validation-data (default validation; 'all' keeps every row)")
+    ap.add_argument("--no-quantize", action="store_true", help="write only the fp32 model")
+    ap.add_argument("--no-optimize", action="store_true", help="skip onnxruntime transformer fusions")
+    ap.add_argument("--parity-items", type=int, default=200)
+    ap.add_argument("--atol", type=float, default=1e-4)
+    ap.add_argument("--min-agreement", type=float, default=0.99)
+    ap.add_argument("--max-f1-drop", type=float, default=0.005)
+    ap.add_argument("--overwrite", action="store_true")
+    ap.add_argument("--register", action="store_true", help="log the bundle to the model's MLflow run and register it")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    from suffice.training.export.registry import RegistryError, register_bundle, resolve_model_dir
+
+    try:
+        model_dir = resolve_model_dir(args.model)
+        items = load_validation_jsonl(args.validation_data, None if args.split == "all" else args.split) if args.validation_data else None
+        if items is None:
+            print("export: no --validation-data given; parity is checked on built-in probe pairs only", file=sys.stderr)
+        pc = ParityConfig(parity_items=args.parity_items, atol=args.atol, min_agreement=args.min_agreement, max_f1_drop=args.max_f1_drop)
+        out = export_bundle(model_dir, args.out, items, quantize=not args.no_quantize, optimize=not args.no_optimize,
+                            parity=pc, overwrite=args.overwrite)
+    except ParityError as e:
+        print(f"export failed parity check {e.check}: {e}", file=sys.stderr)
+        return 3
+    except (ExportError, RegistryError) as e:
+        print(f"export failed: {e}", file=sys.stderr)
+        return 2
+    manifest = json.loads((out / MANIFEST_NAME).read_text())
+    print(json.dumps({"bundle": str(out), "parity": manifest["parity"],
+                      "sizes_mb": {f: round((out / f).stat().st_size / 1e6, 2) for f in manifest["files"]}}, indent=2))
+    if args.register:
+        try:
+            name, version = register_bundle(out)
+        except RegistryError as e:
+            print(f"export wrote {out} but registration failed: {e}", file=sys.stderr)
+            return 2
+        print(f"registered {out} as models:/{name}/{version}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,39 @@
+"""The bundle's manifest (``suffice.json``): what the exported folder says about itself."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+from pathlib import Path
+from typing import Any
+
+from suffice.serving.bundle import DEFAULT_THRESHOLDS, MODEL_INT8, BundleManifest
+from suffice.serving.bundle import write_manifest as write_bundle_manifest
+from suffice.serving.bundle import sha256_file
+from suffice.training.fit.meta import ModelMeta
+
+
+def write_manifest(bundle: Path, meta: ModelMeta, parity: dict[str, Any], *, quantized: bool,
+                   registered_model: str | None = None, model_version: str | None = None) -> BundleManifest:
+    """Describe the files in ``bundle`` (checksums), the model (labels, window, calibration, thresholds) and its
+    parity report, and write ``suffice.json``.
+
+    >>> write_manifest(Path("/tmp/work/bundle"), ModelMeta.read("models/demo"), {}, quantized=True)  # doctest: +SKIP
+    """
+    ml = meta.mlflow or {}
+    files = {name: sha256_file(bundle / name) for name in sorted(os.listdir(bundle))}
+    version = model_version or ml.get("version")
+    manifest = BundleManifest(
+        task=meta.task, id2label=meta.labels, positive_label=str(meta.positive_label), max_length=int(meta.max_length),
+        long_context_strategy=str(meta.long_context_strategy),
+        temperature=float(meta.calibration.get("temperature", 1.0)),
+        thresholds={**DEFAULT_THRESHOLDS.get(meta.task, {}), **(meta.thresholds or {})},
+        base_model=str(meta.base_model or "unknown"), files=files, label_scheme=str(meta.label_scheme),
+        int8_model_file=MODEL_INT8 if quantized else None, mlflow_run_id=ml.get("run_id"),
+        registered_model=registered_model or ml.get("registered_model"),
+        model_version=None if version is None else str(version),
+        created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        parity=parity, metrics=dict(meta.metrics or {}),
+    )
+    write_bundle_manifest(bundle, manifest)
+    return manifest

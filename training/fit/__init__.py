@@ -1,0 +1,16 @@
+"""``suffice train``: fit a sufficiency (or retrieval-gate) cross-encoder.
+
+The stages of a run, one module each, in the order :func:`suffice.training.fit.run.run` calls them:
+
+- :mod:`.config`   the :class:`TrainConfig` dataclass (YAML + ``--key=value``)
+- :mod:`.splits`   raw train/validation/test splits for both tasks
+- :mod:`.encode`   rows -> packed, labelled datasets; samplers, collation, data loaders
+- :mod:`.model`    the cross-encoder (LoRA or full fine-tuning) and its model directory
+- :mod:`.meta`     :class:`ModelMeta`, the ``suffice_model.json`` of a model directory
+- :mod:`.loop`     the training loop, run state, checkpoints, prediction
+- :mod:`.finalize` temperature, thresholds, reports, metadata, save and register (train and soup)
+- :mod:`.run`      the outline: accelerator, splits, loaders, model and optimiser, loop, finalize
+- :mod:`.soup`     ``suffice soup``: average fine-tuned models into one
+
+Heavy dependencies (torch, transformers, accelerate, mlflow) are imported inside functions.
+"""

@@ -1,0 +1,392 @@
+"""The training configuration: one documented dataclass per concern, one YAML drives a run.
+
+``TrainConfig`` holds the model (base encoder, LoRA or full fine-tuning, window and long-context
+strategy), the optimisation (batch, learning rates, warm-up, epochs, class weights, early
+stopping), calibration (temperature scaling, thresholds), tracking (MLflow) and where the data
+comes from: the ``data:`` section is a :class:`suffice.training.datasets_builder.DataConfig`
+(checked when the config is built), or ``train_file`` / ``validation_file`` / ``test_file``
+point at canonical JSONL, or (task ``retrieval_gate``) the ``gate:`` section names the chat file.
+
+>>> cfg = build_train_config(None, ["--train_file=tests/fixtures/train20.jsonl", "--lora.r=8"])
+>>> cfg.lora.r, cfg.effective_batch_size(num_processes=2)
+(8, 32)
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Sequence
+
+from suffice.training.config import ConfigError, build_config, config_from_dict
+
+TASKS = ("sufficiency", "retrieval_gate")
+ID2LABEL = {
+    ("sufficiency", "binary"): {0: "insufficient", 1: "sufficient"},
+    ("sufficiency", "three_level"): {0: "insufficient", 1: "partial", 2: "sufficient"},
+    ("retrieval_gate", "binary"): {0: "RETRIEVE", 1: "SKIP"},
+}
+POSITIVE_LABEL = {"sufficiency": "sufficient", "retrieval_gate": "SKIP"}
+REGISTERED_MODEL = {"sufficiency": "suffice-sufficiency", "retrieval_gate": "suffice-retrieval-gate"}
+BASELINES = ("keyword_coverage", "answer_in_context", "tfidf_lr")
+
+
+@dataclass
+class LoraSettings:
+    """LoRA adapters (peft), used when ``finetune: lora``.
+
+    r / alpha / dropout: adapter rank, scaling numerator (scale = alpha / r) and dropout.
+    target_modules: module-name suffixes that get adapters. The default covers every linear layer
+        of the BERT encoder (attention projections and both feed-forward layers) but not
+        ``pooler.dense``, which is part of the head and trained fully.
+    modules_to_save: modules trained fully next to the adapters (the head: pooler + classifier).
+    """
+
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.1
+    target_modules: list[str] = field(
+        default_factory=lambda: ["query", "key", "value", "attention.output.dense", "intermediate.dense", "output.dense"]
+    )
+    modules_to_save: list[str] = field(default_factory=lambda: ["classifier", "pooler"])
+
+    def __post_init__(self) -> None:
+        if self.r < 1:
+            raise ConfigError(f"lora.r={self.r} must be >= 1 (typical: 8-32)")
+        if self.alpha < 1:
+            raise ConfigError(f"lora.alpha={self.alpha} must be >= 1 (typical: 2 x lora.r)")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"lora.dropout={self.dropout} must be in [0, 1)")
+        if not self.target_modules:
+            raise ConfigError("lora.target_modules is empty: name at least one module, e.g. [query, value]")
+        if "dense" in self.target_modules and "pooler" in self.modules_to_save:
+            raise ConfigError(
+                f"lora.target_modules={self.target_modules} includes 'dense', which also matches pooler.dense, while "
+                f"lora.modules_to_save={self.modules_to_save} trains the pooler fully: name the encoder layers "
+                "('attention.output.dense', 'intermediate.dense', 'output.dense') or drop 'pooler' from modules_to_save"
+            )
+
+
+@dataclass
+class CalibrationSettings:
+    """Temperature scaling fitted on validation logits, and the decision thresholds stored with the model.
+
+    temperature: fit it (``fit``) or keep T=1 (``none``; for comparisons only).
+    sufficient / partial: thresholds on the calibrated P(sufficient) for the three levels (what
+        RAG gateways use: >= 0.8 sufficient, >= 0.5 partial, else insufficient).
+    skip_min_precision: retrieval gate only: the SKIP threshold is the lowest one whose SKIP
+        precision on validation is at least this (so a skipped retrieval is rarely a wrong skip).
+    ece_bins: equal-width bins for the expected calibration error and reliability diagram.
+    """
+
+    temperature: Literal["fit", "none"] = "fit"
+    sufficient: float = 0.8
+    partial: float = 0.5
+    skip_min_precision: float = 0.95
+    ece_bins: int = 15
+
+    def __post_init__(self) -> None:
+        for name in ("sufficient", "partial", "skip_min_precision"):
+            v = getattr(self, name)
+            if not 0.0 <= v <= 1.0:
+                raise ConfigError(f"calibration.{name}={v} must be in [0, 1]")
+        if self.partial > self.sufficient:
+            raise ConfigError(
+                f"calibration.partial={self.partial} > calibration.sufficient={self.sufficient}: "
+                "partial is the lower threshold; swap them"
+            )
+        if self.ece_bins < 2:
+            raise ConfigError(f"calibration.ece_bins={self.ece_bins} must be >= 2 (15 is usual)")
+
+
+@dataclass
+class TrackingSettings:
+    """MLflow tracking. The store defaults to ``sqlite:///<repo>/mlruns/mlflow.db``.
+
+    enabled: log to MLflow at all (tests and quick experiments may switch it off).
+    tracking_uri: override the store (default: suffice.training.paths.default_tracking_uri()).
+    experiment: experiment name; runs of one experiment compare side by side in the UI.
+    run_name: MLflow run name (default: ``<task>-<finetune>-<timestamp>``).
+    register: register a new version of ``registered_model`` when the run finishes.
+    registered_model: default ``suffice-sufficiency`` / ``suffice-retrieval-gate`` by task.
+    log_model_artifacts: log the merged model and adapter as run artifacts (the registered
+        version points at them).
+    """
+
+    enabled: bool = True
+    tracking_uri: str | None = None
+    experiment: str = "suffice"
+    run_name: str | None = None
+    register: bool = True
+    registered_model: str | None = None
+    log_model_artifacts: bool = True
+
+
+@dataclass
+class RetrievalGateData:
+    """Where the retrieval-gate threads come from and how they are split.
+
+    path: JSONL of chat threads ({id, messages, label RETRIEVE|SKIP, category}); default
+        ``<shared data>/retrieval-gate/train.jsonl``.
+    validation_fraction / test_fraction: held-out shares. Threads that share their opening user
+        message are one group and never straddle splits (they share the earlier turns).
+    """
+
+    path: str | None = None
+    validation_fraction: float = 0.15
+    test_fraction: float = 0.15
+
+    def __post_init__(self) -> None:
+        if not (0 < self.validation_fraction < 0.5 and 0 < self.test_fraction < 0.5):
+            raise ConfigError(
+                f"gate.validation_fraction={self.validation_fraction} and gate.test_fraction={self.test_fraction} "
+                "must each be in (0, 0.5)"
+            )
+
+
+@dataclass
+class TrainConfig:
+    """Everything one training run needs. Built from YAML + ``--key=value`` overrides.
+
+    task: ``sufficiency`` (is the context enough?) or ``retrieval_gate`` (RETRIEVE vs SKIP).
+    label_scheme: ``binary`` (sufficient vs not, the paper's criterion) or ``three_level``
+        (sufficient / partial / insufficient; items without a level are left out of the loss).
+    base_model: short name (``minilm-l6``), local HF directory, or hub id (online only).
+    finetune: ``lora`` (adapters + fully trained head) or ``full`` (every weight).
+    max_length: encoder window in tokens; the question is never truncated.
+    long_context_strategy: how context beyond the window is handled (serving.packing):
+        ``select`` (question-aware sentence selection), ``select_lines`` (the same with line breaks
+        ending units: tables, lists, chat replies), ``truncate``, ``recent`` (latest passages).
+    data: the DataConfig section (see suffice.training.datasets_builder.DataConfig).
+    train_file / validation_file / test_file: canonical JSONL instead of ``data`` (fixtures, smoke runs).
+    gate: retrieval-gate data (task ``retrieval_gate`` only).
+    max_train_items / max_eval_items: a seeded random sample of N items per split (0 = all).
+    output_dir: the trained-model directory (default ``models/<run name>``); checkpoints go to
+        ``<output_dir>/checkpoints``.
+    per_device_train_batch_size / per_device_eval_batch_size / gradient_accumulation_steps:
+        effective batch = per_device_train_batch_size x processes x gradient_accumulation_steps.
+    learning_rate: for the encoder weights (LoRA adapters, or all weights in full fine-tuning).
+    head_learning_rate: for the head (pooler + classifier); a larger rate gets the randomly
+        initialised head moving in the first steps (default: 10 x learning_rate for LoRA, else equal).
+    weight_decay / warmup_ratio / lr_scheduler / max_grad_norm: the usual.
+    num_train_epochs / max_steps: optimiser steps = max_steps if > 0, else epochs x steps per epoch.
+    class_weighting: ``balanced`` weights each example's loss by N / (K x n_class), ``none`` does not.
+    early_stopping_metric / early_stopping_patience: validation metric checked after every
+        epoch; training stops after ``patience`` epochs without improvement and the best
+        epoch's weights are kept (patience 0 = never stop early, still keep the best).
+        ``source_macro_f1`` / ``source_auroc`` are means over the validation sources: a pooled
+        score also rewards learning which source an item comes from.
+    freeze_layers: full fine-tuning only: freeze the embeddings and the lowest N encoder layers.
+    encoder_layers: keep only the lowest N transformer layers of the base encoder (0 = all): a
+        shallower model is proportionally faster to train and to serve; the exported bundle
+        simply has fewer layers. For tasks a few layers solve (the retrieval gate).
+    length_grouping: batch examples of similar length together (shuffled mega-batches sorted
+        by length) so dynamic padding wastes little; ``false`` = plain shuffling.
+    checkpoint_every_steps: also ``save_state`` every N optimiser steps (0 = once per epoch).
+    checkpoints_total_limit: keep only the newest N checkpoints.
+    resume: continue from the newest checkpoint in ``<output_dir>/checkpoints`` (``--resume``).
+    seed: Python/NumPy/torch seeds and the data order.
+    mixed_precision: ``auto`` (bf16/fp16 on a GPU that has it, else what ``accelerate config``
+        set, else fp32), or ``no`` / ``fp16`` / ``bf16``.
+    torch_threads: intra-op CPU threads per process (0 = cores / local processes). On a CPU
+        shared with other jobs use 1: OpenMP threads waiting on a busy core make every matmul slow.
+    log_every_steps: log train loss, throughput and learning rate to MLflow every N steps.
+    evaluate_test: score the test split at the end (per source and overall) and log it.
+    baselines: baselines scored on the same test items and logged beside the model (default: all
+        three for sufficiency, ``[tfidf_lr]`` for the retrieval gate; ``[]`` for none).
+    export: at the end, call suffice.training.export.export_bundle if that module exists.
+    export_dir: where the bundle goes (default ``<output_dir>/bundle``).
+    """
+
+    task: Literal["sufficiency", "retrieval_gate"] = "sufficiency"
+    label_scheme: Literal["binary", "three_level"] = "binary"
+    base_model: str = "minilm-l6"
+    finetune: Literal["lora", "full"] = "lora"
+    lora: LoraSettings = field(default_factory=LoraSettings)
+    max_length: int = 256
+    long_context_strategy: Literal["select", "truncate", "recent", "select_lines"] = "select"
+
+    data: dict[str, Any] = field(default_factory=dict)
+    train_file: str | None = None
+    validation_file: str | None = None
+    test_file: str | None = None
+    gate: RetrievalGateData = field(default_factory=RetrievalGateData)
+    max_train_items: int = 0
+    max_eval_items: int = 0
+
+    output_dir: str | None = None
+    per_device_train_batch_size: int = 16
+    per_device_eval_batch_size: int = 64
+    gradient_accumulation_steps: int = 1
+    learning_rate: float = 2e-4
+    head_learning_rate: float | None = None
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.06
+    lr_scheduler: Literal["linear", "cosine", "constant"] = "linear"
+    max_grad_norm: float = 1.0
+    num_train_epochs: int = 2
+    max_steps: int = 0
+    class_weighting: Literal["balanced", "none"] = "balanced"
+    early_stopping_metric: Literal["macro_f1", "auroc", "loss", "source_macro_f1", "source_auroc"] = "macro_f1"
+    early_stopping_patience: int = 2
+    freeze_layers: int = 0
+    encoder_layers: int = 0
+    length_grouping: bool = True
+    checkpoint_every_steps: int = 0
+    checkpoints_total_limit: int = 2
+    resume: bool = False
+    seed: int = 42
+    mixed_precision: Literal["auto", "no", "fp16", "bf16"] = "auto"
+    torch_threads: int = 0
+    log_every_steps: int = 10
+
+    calibration: CalibrationSettings = field(default_factory=CalibrationSettings)
+    tracking: TrackingSettings = field(default_factory=TrackingSettings)
+    evaluate_test: bool = True
+    baselines: list[str] | None = None
+    export: bool = False
+    export_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.task, self.label_scheme) not in ID2LABEL:
+            raise ConfigError(
+                f"label_scheme={self.label_scheme!r} does not apply to task={self.task!r}: the retrieval gate is binary "
+                "(RETRIEVE/SKIP); use --label_scheme=binary"
+            )
+        if not 32 <= self.max_length <= 512:
+            raise ConfigError(f"max_length={self.max_length} must be in [32, 512] (BERT-family windows end at 512)")
+        if self.task == "retrieval_gate" and self.long_context_strategy == "truncate":
+            raise ConfigError(
+                "long_context_strategy='truncate' for the retrieval gate would keep the oldest chat turns and drop "
+                "the newest; use --long_context_strategy=select_lines (relevant lines) or recent (newest turns)"
+            )
+        for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name}={getattr(self, name)} must be >= 1")
+        if self.learning_rate <= 0 or (self.head_learning_rate is not None and self.head_learning_rate <= 0):
+            raise ConfigError(
+                f"learning_rate={self.learning_rate} and head_learning_rate={self.head_learning_rate} must be > 0"
+            )
+        if not 0.0 <= self.warmup_ratio < 1.0:
+            raise ConfigError(f"warmup_ratio={self.warmup_ratio} must be in [0, 1) (0.06 is usual)")
+        if self.num_train_epochs < 1 and self.max_steps < 1:
+            raise ConfigError(
+                f"num_train_epochs={self.num_train_epochs} and max_steps={self.max_steps}: give at least one epoch or a step count"
+            )
+        if self.early_stopping_patience < 0:
+            raise ConfigError(f"early_stopping_patience={self.early_stopping_patience} must be >= 0 (0 = never stop early)")
+        if self.encoder_layers < 0:
+            raise ConfigError(f"encoder_layers={self.encoder_layers} must be >= 0 (0 = every layer of the base encoder)")
+        if self.freeze_layers and self.encoder_layers and self.freeze_layers > self.encoder_layers:
+            raise ConfigError(f"freeze_layers={self.freeze_layers} > encoder_layers={self.encoder_layers}: freeze at most the layers kept")
+        if self.freeze_layers < 0:
+            raise ConfigError(f"freeze_layers={self.freeze_layers} must be >= 0")
+        if self.freeze_layers and self.finetune == "lora":
+            raise ConfigError(
+                f"freeze_layers={self.freeze_layers} with finetune=lora: LoRA already freezes the encoder; "
+                "restrict adapters with lora.target_modules, or use --finetune=full"
+            )
+        if self.checkpoint_every_steps < 0 or self.checkpoints_total_limit < 1:
+            raise ConfigError(
+                f"checkpoint_every_steps={self.checkpoint_every_steps} must be >= 0 and "
+                f"checkpoints_total_limit={self.checkpoints_total_limit} >= 1"
+            )
+        if self.max_train_items < 0 or self.max_eval_items < 0:
+            raise ConfigError("max_train_items and max_eval_items must be >= 0 (0 = all)")
+        if self.log_every_steps < 1:
+            raise ConfigError(f"log_every_steps={self.log_every_steps} must be >= 1")
+        if self.torch_threads < 0:
+            raise ConfigError(f"torch_threads={self.torch_threads} must be >= 0 (0 = cores / processes)")
+        unknown = sorted(set(self.resolved_baselines()) - set(BASELINES))
+        if unknown:
+            raise ConfigError(f"unknown baseline(s) {unknown}: choose from {list(BASELINES)}")
+        if self.task == "retrieval_gate" and set(self.resolved_baselines()) - {"tfidf_lr"}:
+            raise ConfigError(
+                f"baselines={self.baselines} for the retrieval gate: only tfidf_lr applies (the others read "
+                "retrieved passages and gold answers); use --baselines=tfidf_lr"
+            )
+        files = (self.train_file, self.validation_file, self.test_file)
+        if (self.validation_file or self.test_file) and not self.train_file:
+            raise ConfigError("validation_file/test_file given without train_file: give --train_file=PATH too")
+        for f in files:
+            if f and not Path(f).is_file():
+                raise ConfigError(f"data file {f} does not exist: give a canonical JSONL path (see tests/fixtures/train20.jsonl)")
+        if self.train_file and self.data:
+            raise ConfigError(
+                f"both train_file={self.train_file!r} and a data: section {sorted(self.data)} were given: "
+                "use one source of training data"
+            )
+        if self.task == "sufficiency" and not self.train_file:
+            self.data_config()  # validate the data section now, not an hour into the run
+
+    # -- derived ---------------------------------------------------------------------------
+    @property
+    def id2label(self) -> dict[int, str]:
+        return dict(ID2LABEL[(self.task, self.label_scheme)])
+
+    @property
+    def num_labels(self) -> int:
+        return len(self.id2label)
+
+    @property
+    def positive_label(self) -> str:
+        return POSITIVE_LABEL[self.task]
+
+    @property
+    def positive_index(self) -> int:
+        return next(i for i, n in self.id2label.items() if n == self.positive_label)
+
+    @property
+    def registered_model(self) -> str:
+        return self.tracking.registered_model or REGISTERED_MODEL[self.task]
+
+    def resolved_baselines(self) -> list[str]:
+        if self.baselines is not None:
+            return list(self.baselines)
+        return ["tfidf_lr"] if self.task == "retrieval_gate" else list(BASELINES)
+
+    def resolved_head_learning_rate(self) -> float:
+        if self.head_learning_rate is not None:
+            return self.head_learning_rate
+        return self.learning_rate * 10 if self.finetune == "lora" else self.learning_rate
+
+    def effective_batch_size(self, num_processes: int = 1) -> int:
+        return self.per_device_train_batch_size * num_processes * self.gradient_accumulation_steps
+
+    def data_config(self):
+        """The ``data:`` section as a checked DataConfig (sufficiency task, no train_file).
+
+        >>> TrainConfig(data={"sources": ["squad2"]}).data_config()  # doctest: +SKIP
+        DataConfig(...)
+        """
+        try:
+            from suffice.training.datasets_builder import DataConfig
+        except ModuleNotFoundError as e:
+            raise ConfigError(
+                f"the data: section needs suffice.training.datasets_builder ({e}); give --train_file=PATH "
+                "(canonical JSONL) instead"
+            ) from e
+        try:
+            return config_from_dict(DataConfig, dict(self.data))
+        except ConfigError as e:
+            raise ConfigError(f"in the data: section: {e}") from e
+
+    def resolved_output_dir(self, run_name: str) -> Path:
+        from suffice.training.paths import REPO_ROOT
+
+        return Path(self.output_dir) if self.output_dir else REPO_ROOT / "models" / run_name
+
+
+def normalise_argv(argv: Sequence[str]) -> list[str]:
+    """Let bare boolean flags read naturally: ``--resume`` -> ``--resume=true``."""
+    return [f"{a}=true" if a in ("--resume", "--export") else a for a in argv]
+
+
+def build_train_config(yaml_path: str | os.PathLike | None, overrides: Sequence[str] = ()) -> TrainConfig:
+    """Defaults <- YAML <- ``--key=value`` overrides, checked.
+
+    >>> build_train_config(None, ["--finetune=full", "--learning_rate=3e-5", "--train_file=tests/fixtures/train20.jsonl"]).finetune
+    'full'
+    """
+    return build_config(TrainConfig, yaml_path, normalise_argv(overrides))

@@ -1,0 +1,181 @@
+"""Finishing a model, the same way for ``suffice train`` and ``suffice soup``.
+
+:func:`finalize`: temperature scaling and thresholds fitted on validation logits, the calibrated
+validation report, the test report next to the baselines, ``suffice_model.json``
+(:class:`~suffice.training.fit.meta.ModelMeta`), the model directory, evaluation artifacts, a
+registered version and (``export: true``) the ONNX bundle.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from suffice.serving.jsonl import json_safe
+from suffice.serving.runtime import softmax
+from suffice.training.config import dump_yaml
+from suffice.training.evaluation import report as ev
+from suffice.training.fit.config import TrainConfig
+from suffice.training.fit.loop import TrainState, predict
+from suffice.training.fit.meta import ModelMeta
+
+
+def level_thresholds(cfg: TrainConfig, val_logits: np.ndarray, val_labels: np.ndarray, temperature: float):
+    """Sufficiency: the configured ``sufficient`` / ``partial`` thresholds, nothing fitted."""
+    return {"sufficient": cfg.calibration.sufficient, "partial": cfg.calibration.partial}, {}
+
+
+def skip_threshold(cfg: TrainConfig, val_logits: np.ndarray, val_labels: np.ndarray, temperature: float):
+    """Retrieval gate: the lowest SKIP threshold whose validation precision reaches ``skip_min_precision``."""
+    from suffice.training.fit.calibration import threshold_for_precision
+
+    p_skip = softmax(val_logits, temperature)[:, cfg.positive_index]
+    th, achieved = threshold_for_precision(p_skip, (val_labels == cfg.positive_index).astype(int), cfg.calibration.skip_min_precision)
+    return {"skip": th}, {"skip_min_precision": cfg.calibration.skip_min_precision, "validation_skip_precision": achieved}
+
+
+THRESHOLD_RULES = {"sufficiency": level_thresholds, "retrieval_gate": skip_threshold}
+
+
+def temperature_and_thresholds(cfg: TrainConfig, val_logits: np.ndarray, val_labels: np.ndarray) -> tuple[float, dict[str, float], dict[str, Any]]:
+    """(temperature fitted on validation, thresholds, threshold info for the calibration record)."""
+    from suffice.training.fit.calibration import T_MAX, fit_temperature
+
+    t = fit_temperature(val_logits, val_labels) if cfg.calibration.temperature == "fit" else 1.0
+    if t >= 0.99 * T_MAX:
+        print(f"warning: the fitted temperature {t:.1f} sits at its bound: the validation logits carry almost no signal, "
+              "so calibration flattens every score towards the base rate (train longer or check the data)", file=sys.stderr)
+    thresholds, info = THRESHOLD_RULES[cfg.task](cfg, val_logits, val_labels, t)
+    return t, thresholds, info
+
+
+def test_report(cfg: TrainConfig, accelerator, model, test_dl, encoded: Mapping[str, Any], temperature: float,
+                thresholds: Mapping[str, float]) -> dict[str, Any] | None:
+    """The calibrated test report next to the baselines (printed), on the main process; None without a test split."""
+    if not (cfg.evaluate_test and test_dl is not None):
+        return None
+    test_logits, _ = predict(accelerator, model, test_dl)
+    if not accelerator.is_main_process:
+        return None
+    report = ev.full_report(softmax(test_logits, temperature), encoded["test"], train_ds=encoded["train"], id2label=cfg.id2label,
+                            positive_index=cfg.positive_index, ece_bins=cfg.calibration.ece_bins, thresholds=thresholds,
+                            baselines=cfg.resolved_baselines(), split="test")
+    accelerator.print(ev.render_report(report))
+    return report
+
+
+def finalize(cfg: TrainConfig, accelerator, model, *, val_logits: np.ndarray, encoded: Mapping[str, Any], test_dl, tracker,
+             state: TrainState, base_dir: Path, out_dir: Path, provenance: Mapping[str, Any],
+             extra_metrics: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Calibrate, report, describe, save and register a trained (or averaged) model.
+
+    ``provenance``: the metadata fields that say where the model came from (``base_model``,
+    ``finetune``, ``label_source``, ``data_hash``, ``git_commit``, ``train_seconds``, ``soup``...).
+    ``extra_metrics``: more entries for the metadata's ``metrics`` (``best_epoch``).
+    Returns temperature, thresholds, the reports and (main process) what :func:`save_and_register` wrote.
+    """
+    temperature, thresholds, threshold_info = temperature_and_thresholds(cfg, val_logits, np.asarray(encoded["validation"]["labels"]))
+    val_report = ev.classification_report(softmax(val_logits, temperature), encoded["validation"], label_names=list(cfg.id2label.values()),
+                                          positive_index=cfg.positive_index, ece_bins=cfg.calibration.ece_bins)
+    tracker.log_metrics({"val_temperature": temperature, **{f"val_calibrated_{k}": v for k, v in val_report["overall"].items()
+                                                              if k in ("ece", "nll", "macro_f1", "auroc", "accuracy")}}, step=state.epoch)
+    report = test_report(cfg, accelerator, model, test_dl, encoded, temperature, thresholds)
+    out: dict[str, Any] = {"temperature": temperature, "thresholds": thresholds, "val_report": val_report, "test_report": report}
+    if not accelerator.is_main_process:
+        return out
+    test_overall = (report or {}).get("model", {}).get("overall", {})
+    meta = ModelMeta.from_dict({
+        "task": cfg.task, "label_scheme": cfg.label_scheme, "id2label": {str(k): v for k, v in cfg.id2label.items()},
+        "positive_label": cfg.positive_label, "max_length": cfg.max_length, "long_context_strategy": cfg.long_context_strategy,
+        "calibration": {"method": "temperature", "temperature": temperature, **threshold_info}, "thresholds": thresholds,
+        **provenance,
+        "mlflow": {"run_id": state.mlflow_run_id, "registered_model": None, "version": None},
+        "metrics": json_safe({"test": test_overall, "validation": val_report["overall"], **(extra_metrics or {})}),
+    })
+    out.update(save_and_register(cfg, accelerator.unwrap_model(model), base_dir, out_dir, meta, report, tracker, state, encoded["validation"]))
+    out["test"] = test_overall
+    return out
+
+
+def save_and_register(cfg: TrainConfig, model, base_dir: Path, out_dir: Path, meta: ModelMeta, test_report, tracker,
+                      state: TrainState, val_ds) -> dict[str, Any]:
+    """Main process: model directory, evaluation artifacts, registered version, model artifacts, bundle."""
+    from suffice.training.fit.model import save_model_dir
+
+    out: dict[str, Any] = {}
+    save_model_dir(model, out_dir, base_dir, meta)
+    (out_dir / "train_config.yaml").write_text(dump_yaml(cfg))
+    if test_report is not None:
+        ev_dir = out_dir / "evaluation"
+        out["plots"] = [str(p) for p in ev.save_plots(test_report, ev_dir)]
+        (ev_dir / "test_metrics.json").write_text(json.dumps(ev.report_json(test_report), indent=2))
+        (ev_dir / "test_table.txt").write_text(ev.render_report(test_report) + "\n")
+        tracker.log_metrics(ev.report_metrics(test_report, "test"), step=state.epoch)
+        tracker.log_artifacts(ev_dir, "evaluation")
+    test = meta.metrics.get("test") or {}
+    finetune = meta.finetune or cfg.finetune  # "soup" for an averaged model (suffice soup)
+    if cfg.tracking.register and tracker.enabled:
+        version = tracker.register(cfg.registered_model, "model", tags={
+            "task": cfg.task, "base_model": cfg.base_model, "label_source": meta.label_source, "data_hash": meta.data_hash,
+            "finetune": finetune, "label_scheme": cfg.label_scheme,
+            "test_macro_f1": f"{test['macro_f1']:.4f}" if test.get("macro_f1") is not None else "n/a",
+            "test_auroc": f"{test['auroc']:.4f}" if test.get("auroc") is not None else "n/a"},
+            description=f"{state.run_name}: {finetune} on {cfg.base_model}, {meta.label_source} labels, data {meta.data_hash}")
+        meta.mlflow = {"run_id": state.mlflow_run_id, "registered_model": cfg.registered_model, "version": version}
+        meta.write(out_dir)
+        out["registered"] = f"models:/{cfg.registered_model}/{version}"
+    if cfg.tracking.log_model_artifacts:
+        log_model_dir(tracker, out_dir)
+    out["bundle"] = maybe_export(cfg, out_dir, val_ds, meta, tracker)
+    return out
+
+
+def log_model_dir(tracker, out_dir: Path) -> None:
+    """Log the model directory as the ``model`` artifact, without checkpoints/evaluation/bundle."""
+    for p in sorted(out_dir.iterdir()):
+        if p.name in ("checkpoints", "evaluation", "bundle"):
+            continue
+        if p.is_dir():
+            tracker.log_artifacts(p, f"model/{p.name}")
+        else:
+            tracker.log_artifact(p, "model")
+
+
+def maybe_export(cfg: TrainConfig, out_dir: Path, val_ds, meta: ModelMeta, tracker) -> str | None:
+    """``export: true``: write the ONNX bundle with :mod:`suffice.training.export`.
+
+    A failed export (a parity check, say) is reported and tagged on the run, but the trained,
+    registered model stays: export can be re-run later with ``suffice export --model DIR``.
+    """
+    if not cfg.export:
+        return None
+    from suffice.training.export.bundle import ExportError, ParityError, export_bundle
+
+    bundle_dir = Path(cfg.export_dir) if cfg.export_dir else out_dir / "bundle"
+    pos = meta.positive_index
+    n = min(200, len(val_ds))
+    items = [{"question": q, "passages": p, "label": int(lab == pos)}
+             for q, p, lab in zip(val_ds["question"][:n], val_ds["passages"][:n], val_ds["labels"][:n])]
+    kwargs = dict(validation_items=items, overwrite=True, registered_model=meta.mlflow.get("registered_model"),
+                  model_version=meta.mlflow.get("version"))
+    try:
+        try:
+            path = export_bundle(out_dir, bundle_dir, **kwargs)
+        except ParityError as e:
+            if not e.check.startswith("int8"):
+                raise
+            # int8 refused (its decisions drift from fp32 on near-threshold items): still ship the
+            # checked fp32 bundle, and say so on the run
+            print(f"int8 refused by its parity check ({e}); writing the fp32 bundle only", file=sys.stderr)
+            tracker.set_tags({"export_int8_refused": str(e)[:500]})
+            path = export_bundle(out_dir, bundle_dir, quantize=False, **kwargs)
+    except ExportError as e:
+        print(f"export failed: {e}\nthe model directory {out_dir} is complete; retry with `suffice export --model {out_dir}`", file=sys.stderr)
+        tracker.set_tags({"export_error": str(e)[:500]})
+        return None
+    tracker.log_artifacts(path, "bundle")
+    return str(path)

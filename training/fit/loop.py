@@ -1,0 +1,261 @@
+"""The training loop, its state and checkpoints, and prediction.
+
+Shaped like accelerate's ``examples/by_feature``: ``accelerator.accumulate`` does gradient
+accumulation, ``gather_for_metrics`` collects evaluation outputs from every process,
+``save_state``/``load_state`` checkpoint and resume. Only the main process writes files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from suffice.training.fit.auxiliary import AuxiliaryLoss, needs_hidden_states
+from suffice.training.fit.config import TrainConfig
+
+STATE_FILE = "trainer_state.json"
+BEST_FILE = "best-trainable.safetensors"
+
+
+def predict(accelerator, model, dataloader) -> tuple[np.ndarray, np.ndarray]:
+    """Logits for every row of a prepared evaluation loader, gathered from all processes and
+    returned in row order: ``(logits (n, k) float64, row indices (n,))``."""
+    import torch
+
+    model.eval()
+    logits_all, rows_all = [], []
+    with torch.no_grad():
+        for batch in dataloader:
+            out = model(input_ids=batch["input_ids"], token_type_ids=batch["token_type_ids"], attention_mask=batch["attention_mask"])
+            logits, rows = accelerator.gather_for_metrics((out.logits.float(), batch["row"]))
+            logits_all.append(logits.cpu().numpy())
+            rows_all.append(rows.cpu().numpy())
+    if not logits_all:
+        return np.zeros((0, 0)), np.zeros(0, dtype=np.int64)
+    logits = np.concatenate(logits_all).astype(np.float64)
+    rows = np.concatenate(rows_all)
+    order = np.argsort(rows, kind="stable")
+    return logits[order], rows[order]
+
+
+@dataclass
+class TrainState:
+    """Where a run is (saved as JSON next to every checkpoint; resume reads it back)."""
+
+    run_name: str
+    epoch: int = 0
+    batch_in_epoch: int = 0
+    global_step: int = 0
+    best_metric: float | None = None
+    best_epoch: int | None = None
+    bad_epochs: int = 0
+    stopped_early: bool = False
+    history: list[dict[str, float]] = field(default_factory=list)
+    mlflow_run_id: str | None = None
+
+    @classmethod
+    def load(cls, path: Path) -> "TrainState":
+        return cls(**json.loads(path.read_text()))
+
+
+class Checkpoints:
+    """``<output_dir>/checkpoints/step-NNNNNNN`` written with ``accelerator.save_state``.
+
+    A checkpoint counts only once its ``trainer_state.json`` exists (written last), so a run
+    killed while saving resumes from the previous one.
+    """
+
+    def __init__(self, root: Path, total_limit: int):
+        self.root = root
+        self.total_limit = total_limit
+
+    def complete(self) -> list[Path]:
+        if not self.root.is_dir():
+            return []
+        return sorted((p for p in self.root.glob("step-*") if (p / STATE_FILE).is_file()), key=lambda p: int(p.name.split("-")[1]))
+
+    def latest(self) -> Path | None:
+        done = self.complete()
+        return done[-1] if done else None
+
+    def save(self, accelerator, state: TrainState) -> Path:
+        path = self.root / f"step-{state.global_step:07d}"
+        accelerator.wait_for_everyone()
+        accelerator.save_state(str(path))
+        if accelerator.is_main_process:
+            (path / STATE_FILE).write_text(json.dumps(dataclasses.asdict(state), indent=1))
+            for old in self.complete()[: -self.total_limit]:
+                shutil.rmtree(old, ignore_errors=True)
+        accelerator.wait_for_everyone()
+        return path
+
+    @property
+    def best_path(self) -> Path:
+        return self.root / BEST_FILE
+
+
+def improved(cfg: TrainConfig, value: float, best: float | None) -> bool:
+    if value is None or not math.isfinite(value):
+        return False
+    if best is None:
+        return True
+    return value < best if cfg.early_stopping_metric == "loss" else value > best
+
+
+def validation_metrics(accelerator, model, val_dl, val_ds, cfg: TrainConfig, weights) -> tuple[dict[str, float], np.ndarray]:
+    """Validation loss, accuracy, macro-F1, AUROC and ECE (uncalibrated) on the whole split, the
+    means over sources of macro-F1 and AUROC (``source_macro_f1``, ``source_auroc``), and the logits."""
+    from suffice.serving.runtime import softmax
+    from suffice.training.evaluation.metrics import per_source_metrics, source_means
+
+    logits, rows = predict(accelerator, model, val_dl)
+    labels = np.asarray(val_ds["labels"])[rows]
+    probs = softmax(logits)
+    sources = np.asarray(val_ds["source"])[rows] if "source" in val_ds.column_names else np.full(len(labels), "all", dtype=object)
+    table = per_source_metrics(probs, labels, sources, label_names=list(cfg.id2label.values()), positive_index=cfg.positive_index,
+                               ece_bins=cfg.calibration.ece_bins)
+    m = {**table["overall"], **source_means(table)}
+    w = np.asarray(weights)[labels]
+    logp = np.log(np.clip(probs[np.arange(len(labels)), labels], 1e-12, 1.0))
+    m["loss"] = float(-(w * logp).sum() / w.sum())  # the training objective (class-weighted)
+    keep = {k: v for k, v in m.items()
+            if k in ("loss", "accuracy", "macro_f1", "auroc", "ece", "nll", "binary_macro_f1", "source_macro_f1", "source_auroc")
+            or k.startswith("f1_")}
+    return keep, logits
+
+
+
+def train(cfg: TrainConfig, accelerator, model, optimizer, scheduler, train_dl, val_dl, val_ds, weights, state: TrainState,
+          checkpoints: Checkpoints, tracker, total_steps: int, num_epochs: int,
+          aux_losses: Sequence[AuxiliaryLoss] = ()) -> tuple[TrainState, np.ndarray | None]:
+    """The loop: accumulate, step, log; validate each epoch; keep the best weights; early-stop; checkpoint.
+
+    ``aux_losses`` (see :mod:`suffice.training.fit.auxiliary`) are added to the classification loss.
+
+    Returns the final state and the best epoch's validation logits (None if that epoch ran
+    before a resume), which temperature scaling then uses without another pass.
+    """
+    import torch
+    from tqdm.auto import tqdm
+
+    weight_t = torch.tensor(weights, dtype=torch.float32, device=accelerator.device)
+    progress = tqdm(total=total_steps, initial=state.global_step, disable=not accelerator.is_local_main_process, desc="train", dynamic_ncols=True)
+    resumed_mid_epoch = state.batch_in_epoch > 0
+    best_logits = None
+    for epoch in range(state.epoch, num_epochs):
+        model.train()
+        train_dl.set_epoch(epoch)
+        skip = state.batch_in_epoch if (resumed_mid_epoch and epoch == state.epoch) else 0
+        loader = accelerator.skip_first_batches(train_dl, skip) if skip else train_dl
+        if not skip:
+            state.batch_in_epoch = 0
+        seen, t0 = train_epoch(cfg, accelerator, model, optimizer, scheduler, loader, len(train_dl), weight_t, state, checkpoints,
+                               tracker, total_steps, epoch, progress, aux_losses)
+        resumed_mid_epoch = False
+        stop, val_logits = end_epoch(cfg, accelerator, model, val_dl, val_ds, weights, state, checkpoints, tracker, epoch,
+                                     num_epochs, seen, t0, progress)
+        if val_logits is not None:
+            best_logits = val_logits
+        if stop or state.global_step >= total_steps:
+            if state.stopped_early and accelerator.is_main_process:
+                progress.write(f"early stopping: no {cfg.early_stopping_metric} improvement for {state.bad_epochs} epoch(s)")
+            break
+    progress.close()
+    return state, best_logits
+
+
+def batch_loss(model, batch, weight_t, aux_losses: Sequence[AuxiliaryLoss] = ()):
+    """Class-weighted cross-entropy of one batch, plus each auxiliary loss."""
+    import torch.nn.functional as F
+
+    out = model(input_ids=batch["input_ids"], token_type_ids=batch["token_type_ids"], attention_mask=batch["attention_mask"],
+                output_hidden_states=needs_hidden_states(aux_losses))
+    loss = F.cross_entropy(out.logits.float(), batch["labels"], weight=weight_t)
+    for aux in aux_losses:
+        loss = loss + aux(out, batch)
+    return loss
+
+
+def train_epoch(cfg: TrainConfig, accelerator, model, optimizer, scheduler, loader, batches_per_epoch: int, weight_t,
+                state: TrainState, checkpoints: Checkpoints, tracker, total_steps: int, epoch: int, progress,
+                aux_losses: Sequence[AuxiliaryLoss] = ()) -> tuple[int, float]:
+    """One pass over ``loader`` (stopping at ``total_steps``); returns (examples seen, start time)."""
+    import torch
+
+    run_loss, run_n, seen, t0 = 0.0, 0, 0, time.perf_counter()
+    for batch in loader:
+        with accelerator.accumulate(model):
+            loss = batch_loss(model, batch, weight_t, aux_losses)
+            accelerator.backward(loss)
+            if accelerator.sync_gradients and cfg.max_grad_norm > 0:
+                accelerator.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()
+        state.batch_in_epoch += 1
+        run_loss += float(loss.detach())
+        run_n += 1
+        seen += len(batch["labels"]) * accelerator.num_processes
+        if not accelerator.sync_gradients:
+            continue
+        state.global_step += 1
+        rate = seen / max(time.perf_counter() - t0, 1e-9)
+        progress.update(1)
+        progress.set_postfix(epoch=epoch + 1, loss=f"{run_loss / run_n:.4f}", ex_s=f"{rate:.1f}")
+        if state.global_step % cfg.log_every_steps == 0 or state.global_step == total_steps:
+            mean_loss = float(accelerator.reduce(torch.tensor(run_loss / run_n, device=accelerator.device), "mean"))
+            tracker.log_metrics({"train_loss": mean_loss, "train_examples_per_s": rate,
+                                 "lr_encoder": scheduler.get_last_lr()[0], "epoch_progress": epoch + state.batch_in_epoch / batches_per_epoch},
+                                step=state.global_step)
+            run_loss, run_n = 0.0, 0
+        if cfg.checkpoint_every_steps and state.global_step % cfg.checkpoint_every_steps == 0:
+            checkpoints.save(accelerator, state)
+        if state.global_step >= total_steps:
+            break
+    return seen, t0
+
+
+def end_epoch(cfg: TrainConfig, accelerator, model, val_dl, val_ds, weights, state: TrainState, checkpoints: Checkpoints, tracker,
+              epoch: int, num_epochs: int, seen: int, t0: float, progress) -> tuple[bool, np.ndarray | None]:
+    """Validate, keep the best weights, count epochs without improvement, checkpoint.
+
+    ``seen`` / ``t0``: examples trained on this epoch and when it started (the logged throughput).
+    Returns (stop early?, this epoch's validation logits when it is the new best, else None)."""
+    val, val_logits = validation_metrics(accelerator, model, val_dl, val_ds, cfg, weights)
+    epoch_rate = seen / max(time.perf_counter() - t0, 1e-9)
+    tracker.log_metrics({f"val_{k}": v for k, v in val.items()} | {"epoch_train_examples_per_s": epoch_rate}, step=epoch + 1)
+    val["epoch"], val["train_examples_per_s"] = epoch + 1, epoch_rate
+    state.history.append(val)
+    if accelerator.is_main_process:  # tqdm.write keeps the line off the progress bar
+        progress.write(
+            f"epoch {epoch + 1}/{num_epochs}: val loss {val['loss']:.4f} acc {val.get('accuracy', float('nan')):.3f} "
+            f"macro-F1 {val.get('macro_f1', float('nan')):.3f} AUROC {val.get('auroc', float('nan')):.3f} "
+            f"ECE {val.get('ece', float('nan')):.3f}; per-source mean macro-F1 {val.get('source_macro_f1', float('nan')):.3f} "
+            f"AUROC {val.get('source_auroc', float('nan')):.3f} ({val['train_examples_per_s']:.1f} train ex/s)"
+        )
+    best_logits = None
+    if improved(cfg, val.get(cfg.early_stopping_metric), state.best_metric):
+        state.best_metric, state.best_epoch, state.bad_epochs = float(val[cfg.early_stopping_metric]), epoch + 1, 0
+        best_logits = val_logits
+        if accelerator.is_main_process:
+            from safetensors.torch import save_file
+
+            from suffice.training.fit.model import trainable_state_dict
+
+            checkpoints.root.mkdir(parents=True, exist_ok=True)
+            save_file(trainable_state_dict(accelerator.unwrap_model(model)), str(checkpoints.best_path))
+    else:
+        state.bad_epochs += 1
+    state.epoch, state.batch_in_epoch = epoch + 1, 0
+    stop = cfg.early_stopping_patience > 0 and state.bad_epochs >= cfg.early_stopping_patience
+    state.stopped_early = stop and epoch + 1 < num_epochs
+    checkpoints.save(accelerator, state)
+    return stop, best_logits

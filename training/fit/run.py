@@ -1,0 +1,301 @@
+"""``suffice train``: one run, as an outline of named steps.
+
+    accelerate launch -m suffice.training.train --config configs/sufficiency.yaml [--key=value ...]
+    suffice train --config configs/sufficiency.yaml --lora.r=8 --num_train_epochs=3
+    suffice train --config configs/sufficiency.yaml --output_dir=models/x --resume   # continue a killed run
+
+:func:`run` reads like setfit's ``Trainer.train``: accelerator, splits, loaders, model and
+optimiser, the loop, finalize. Each step is a public function that tests, ``suffice soup`` and
+the benchmarks call directly. Nothing assumes a single process: only the main process writes
+files or talks to MLflow.
+
+>>> run(build_train_config("configs/sufficiency.yaml", ["--num_train_epochs=1"]))["registered"]  # doctest: +SKIP
+'models:/suffice-sufficiency/4'
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from suffice.training.config import ConfigError, dump_yaml
+from suffice.training.fit.auxiliary import AuxiliaryLoss
+from suffice.training.fit.config import TrainConfig
+from suffice.training.fit.encode import get_dataloaders, class_weights, packing_stats
+from suffice.training.fit.finalize import finalize
+from suffice.training.fit.loop import STATE_FILE, Checkpoints, TrainState, predict, train
+from suffice.training.fit.splits import Splits, load_splits
+
+
+def run(cfg: TrainConfig, aux_losses: Sequence[AuxiliaryLoss] = ()) -> dict[str, Any]:
+    """Train, calibrate, evaluate, save, track and register one model; returns a summary dict.
+
+    ``aux_losses``: optional extra training losses (see :mod:`suffice.training.fit.auxiliary`).
+    """
+    from suffice.serving.bundle import sha256_file
+    from suffice.training.tracking import RunTracker, git_commit
+
+    wall0 = time.perf_counter()
+    accelerator = make_accelerator(cfg)
+    run_name, out_dir, resume_state = run_dir(cfg, accelerator)
+    checkpoints = Checkpoints(out_dir / "checkpoints", cfg.checkpoints_total_limit)
+    base_dir, packer = base_and_packer(cfg)
+    with accelerator.main_process_first():
+        splits = load_splits(cfg, accelerator.is_main_process)
+    encoded, train_dl, val_dl, test_dl = get_dataloaders(accelerator, cfg, splits, packer, sha256_file(base_dir / "tokenizer.json"),
+                                                         aux_losses)
+    weights = class_weights(encoded["train"]["labels"], cfg.num_labels, cfg.class_weighting)
+    model, optimizer, scheduler, n_params = model_and_optimizer(cfg, accelerator, base_dir, len(train_dl))
+    model, optimizer, train_dl, val_dl, scheduler = accelerator.prepare(model, optimizer, train_dl, val_dl, scheduler)
+    test_dl = accelerator.prepare(test_dl) if test_dl is not None else None
+    steps_per_epoch, total_steps, num_epochs = schedule(cfg, len(train_dl))
+    derived = describe(cfg, accelerator, run_name, out_dir, encoded, weights, n_params, steps_per_epoch, total_steps, num_epochs)
+
+    tracker = RunTracker(cfg.tracking.enabled, cfg.tracking.tracking_uri, cfg.tracking.experiment, accelerator.is_main_process)
+    state = resume_state or TrainState(run_name=run_name)
+    commit = git_commit()
+    start_tracking(cfg, accelerator, tracker, state, splits, derived, resume_state is not None, commit, total_steps, n_params[0])
+    try:
+        if resume_state is not None:
+            latest = checkpoints.latest()
+            accelerator.print(f"resuming from {latest} (epoch {state.epoch + 1}, batch {state.batch_in_epoch}, step {state.global_step})")
+            accelerator.load_state(str(latest))
+        train_t0 = time.perf_counter()
+        state, val_logits = train(cfg, accelerator, model, optimizer, scheduler, train_dl, val_dl, encoded["validation"], weights,
+                                  state, checkpoints, tracker, total_steps, num_epochs, aux_losses)
+        train_seconds = time.perf_counter() - train_t0
+        val_logits = restore_best(accelerator, model, checkpoints, val_dl, val_logits)
+        done = finalize(cfg, accelerator, model, val_logits=val_logits, encoded=encoded, test_dl=test_dl, tracker=tracker, state=state,
+                        base_dir=base_dir, out_dir=out_dir, extra_metrics={"best_epoch": state.best_epoch}, provenance={
+                            "base_model": cfg.base_model, "finetune": cfg.finetune, "label_source": splits.label_source,
+                            "data_hash": splits.data_hash, "git_commit": commit, "train_seconds": round(train_seconds, 1)})
+        summary = run_summary(cfg, accelerator, tracker, state, run_name, out_dir, done, train_seconds, wall0)
+    except BaseException as e:
+        tracker.end("KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED")
+        raise
+    tracker.end("FINISHED")
+    accelerator.wait_for_everyone()
+    accelerator.end_training()
+    return summary
+
+
+# ------------------------------------------------------------------------------------------
+# the steps
+# ------------------------------------------------------------------------------------------
+def make_accelerator(cfg: TrainConfig):
+    """The Accelerator (mixed precision, accumulation), CPU threads, seeds; quiet dataset progress bars."""
+    import datasets
+    import torch
+    from accelerate import Accelerator
+    from accelerate.utils import ProjectConfiguration, set_seed
+
+    accelerator = Accelerator(
+        mixed_precision=resolve_mixed_precision(cfg.mixed_precision),
+        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
+        project_config=ProjectConfiguration(automatic_checkpoint_naming=False),
+    )
+    if accelerator.device.type == "cpu":
+        torch.set_num_threads(cpu_threads(cfg))
+    set_seed(cfg.seed)
+    datasets.disable_progress_bars()
+    return accelerator
+
+
+def base_and_packer(cfg: TrainConfig):
+    """(local base-model directory, the ContextPacker serving will use with its tokenizer)."""
+    from suffice.serving.packing import ContextPacker
+    from suffice.training.fit.model import load_tokenizer, resolve_base_dir
+
+    base_dir = resolve_base_dir(cfg.base_model)
+    if not isinstance(base_dir, Path):
+        from huggingface_hub import snapshot_download
+
+        base_dir = Path(snapshot_download(str(base_dir)))
+    return base_dir, ContextPacker(load_tokenizer(base_dir), max_length=cfg.max_length, strategy=cfg.long_context_strategy)
+
+
+def model_and_optimizer(cfg: TrainConfig, accelerator, base_dir: Path, train_batches: int):
+    """(model, AdamW, LR schedule, (trainable, total) parameter counts); not yet prepared."""
+    import torch
+    from transformers import get_scheduler
+
+    from suffice.training.fit.model import build_model, optimizer_groups, trainable_parameters
+
+    model = build_model(base_dir, num_labels=cfg.num_labels, id2label=cfg.id2label, finetune=cfg.finetune, lora_r=cfg.lora.r,
+                        lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout, target_modules=cfg.lora.target_modules,
+                        modules_to_save=cfg.lora.modules_to_save, freeze_layers=cfg.freeze_layers,
+                        encoder_layers=cfg.encoder_layers)
+    n_params = trainable_parameters(model)
+    optimizer = torch.optim.AdamW(optimizer_groups(model, cfg.learning_rate, cfg.resolved_head_learning_rate(), cfg.weight_decay))
+    # the schedule counts steps on the unsharded loader: accelerate steps it once per process
+    sched_total = (cfg.max_steps * accelerator.num_processes if cfg.max_steps
+                   else math.ceil(train_batches / cfg.gradient_accumulation_steps) * cfg.num_train_epochs)
+    scheduler = get_scheduler(cfg.lr_scheduler if cfg.lr_scheduler != "constant" else "constant_with_warmup", optimizer,
+                              num_warmup_steps=int(cfg.warmup_ratio * sched_total), num_training_steps=sched_total)
+    return model, optimizer, scheduler, n_params
+
+
+def schedule(cfg: TrainConfig, train_batches: int) -> tuple[int, int, int]:
+    """(optimiser steps per epoch, total steps, epochs) for the prepared (sharded) train loader."""
+    steps_per_epoch = math.ceil(train_batches / cfg.gradient_accumulation_steps)
+    total_steps = cfg.max_steps or steps_per_epoch * cfg.num_train_epochs
+    return steps_per_epoch, total_steps, math.ceil(total_steps / steps_per_epoch)
+
+
+def restore_best(accelerator, model, checkpoints: Checkpoints, val_dl, val_logits):
+    """Load the best epoch's weights; score validation again when that epoch ran before a resume."""
+    from suffice.training.fit.model import load_trainable_state_dict
+
+    accelerator.wait_for_everyone()
+    if checkpoints.best_path.is_file():
+        from safetensors.torch import load_file
+
+        load_trainable_state_dict(accelerator.unwrap_model(model), load_file(str(checkpoints.best_path)))
+    if val_logits is None:  # the best epoch ran before a resume: score validation again
+        val_logits, _ = predict(accelerator, model, val_dl)
+    return val_logits
+
+
+def run_summary(cfg: TrainConfig, accelerator, tracker, state: TrainState, run_name: str, out_dir: Path, done: dict[str, Any],
+                train_seconds: float, wall0: float) -> dict[str, Any]:
+    """The summary :func:`run` returns; the main process also logs timings and prints where things went."""
+    from suffice.training.tracking import ui_command
+
+    summary: dict[str, Any] = {"run_name": run_name, "output_dir": str(out_dir), "temperature": done["temperature"],
+                               "thresholds": done["thresholds"], "train_seconds": train_seconds, "best_epoch": state.best_epoch,
+                               "history": state.history, "mlflow_run_id": state.mlflow_run_id}
+    if not accelerator.is_main_process:
+        return summary
+    summary.update({k: v for k, v in done.items() if k not in ("temperature", "thresholds", "val_report", "test_report", "test")})
+    summary["test"] = done["test"]
+    total = time.perf_counter() - wall0
+    tracker.log_metrics({"train_seconds": train_seconds, "wall_seconds": total, "best_epoch": float(state.best_epoch or 0)},
+                        step=state.epoch)
+    tracker.set_tags({"stopped_early": state.stopped_early, "output_dir": str(out_dir)})
+    accelerator.print(
+        f"\nmodel: {out_dir}" + (f"\nregistered: {summary['registered']}" if summary.get("registered") else "")
+        + (f"\nbundle: {summary['bundle']}" if summary.get("bundle") else "")
+        + (f"\nMLflow run {state.mlflow_run_id}: {ui_command(cfg.tracking.tracking_uri)}" if tracker.enabled else "")
+        + f"\nwall time {total:.0f} s (training {train_seconds:.0f} s)"
+    )
+    return summary
+
+
+# ------------------------------------------------------------------------------------------
+# run set-up and description
+# ------------------------------------------------------------------------------------------
+def resolve_mixed_precision(setting: str) -> str | None:
+    if setting != "auto":
+        return setting
+    if os.environ.get("ACCELERATE_MIXED_PRECISION"):
+        return None  # what `accelerate config` / `accelerate launch --mixed_precision` chose
+    import torch
+
+    if torch.cuda.is_available():
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    return "no"
+
+
+def cpu_threads(cfg: TrainConfig) -> int:
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    return cfg.torch_threads or max(1, cores // max(local, 1))
+
+
+def find_resume_dir(cfg: TrainConfig) -> Path:
+    """``--output_dir``, else the newest run under ``models/`` that has a complete checkpoint."""
+    from suffice.training.paths import REPO_ROOT
+
+    if cfg.output_dir:
+        return Path(cfg.output_dir)
+    candidates = sorted((REPO_ROOT / "models").glob(f"{cfg.task}-*/checkpoints/step-*/{STATE_FILE}"), key=lambda p: p.stat().st_mtime)
+    if not candidates:
+        raise ConfigError("--resume found no checkpoint under models/: give --output_dir=DIR of the run to continue")
+    return candidates[-1].parents[2]
+
+
+def run_dir(cfg: TrainConfig, accelerator) -> tuple[str, Path, TrainState | None]:
+    """Run name, output directory and (with ``--resume``) the state of the newest checkpoint.
+
+    The name carries a timestamp, so the main process picks it and the others receive it.
+    """
+    from accelerate.utils import broadcast_object_list
+
+    if cfg.resume:
+        out_dir = find_resume_dir(cfg)
+        latest = Checkpoints(out_dir / "checkpoints", cfg.checkpoints_total_limit).latest()
+        if latest is None:
+            raise ConfigError(f"--resume: {out_dir}/checkpoints holds no complete checkpoint; start without --resume")
+        state = TrainState.load(latest / STATE_FILE)
+        return state.run_name, out_dir, state
+    run_name = cfg.tracking.run_name or f"{cfg.task}-{cfg.finetune}-{time.strftime('%Y%m%d-%H%M%S')}"
+    run_name = broadcast_object_list([run_name])[0]
+    out_dir = cfg.resolved_output_dir(run_name)
+    ckpt = out_dir / "checkpoints"
+    if accelerator.is_main_process and ckpt.exists():
+        accelerator.print(f"note: clearing old checkpoints in {ckpt} (a fresh run; pass --resume to continue one)")
+        shutil.rmtree(ckpt)
+    accelerator.wait_for_everyone()
+    return run_name, out_dir, None
+
+
+def describe(cfg: TrainConfig, accelerator, run_name: str, out_dir: Path, encoded, weights, n_params: tuple[int, int],
+             steps_per_epoch: int, total_steps: int, num_epochs: int) -> dict[str, Any]:
+    """Print the derived numbers of the run (nanoGPT-style) and return them for tracking."""
+    import torch
+
+    stats = {name: packing_stats(encoded[name]) for name in ("train", "validation", "test")}
+    counts = {name: (0 if encoded[name] is None else len(encoded[name])) for name in ("train", "validation", "test")}
+    balance = np.bincount(np.asarray(encoded["train"]["labels"]), minlength=cfg.num_labels).tolist()
+    n_trainable, n_total = n_params
+    accelerator.print(
+        f"suffice train: {run_name}\n"
+        f"  task {cfg.task} / {cfg.label_scheme}, base {cfg.base_model}, {cfg.finetune}"
+        + (f" (r={cfg.lora.r}, alpha={cfg.lora.alpha})" if cfg.finetune == "lora" else "") + "\n"
+        f"  items train/validation/test {counts['train']}/{counts['validation']}/{counts['test']}; train classes "
+        f"{dict(zip(cfg.id2label.values(), balance))}; class weights {np.round(weights, 3).tolist()}\n"
+        f"  window {cfg.max_length} tokens, strategy {cfg.long_context_strategy}: mean tokens/example "
+        f"{stats['train'].get('mean_tokens', 0):.0f}, contexts cut {stats['train'].get('truncated_share', 0):.1%} (train)\n"
+        f"  processes {accelerator.num_processes} on {accelerator.device} (mixed precision {accelerator.mixed_precision}, "
+        f"{torch.get_num_threads()} threads); effective batch {cfg.effective_batch_size(accelerator.num_processes)}; "
+        f"{steps_per_epoch} steps/epoch, {total_steps} steps over {num_epochs} epoch(s), warm-up {int(cfg.warmup_ratio * total_steps)}\n"
+        f"  trainable parameters {n_trainable:,} of {n_total:,} ({n_trainable / n_total:.1%}); lr {cfg.learning_rate:g}, "
+        f"head lr {cfg.resolved_head_learning_rate():g}\n"
+        f"  output {out_dir}"
+    )
+    return {"stats": stats, "counts": counts}
+
+
+def start_tracking(cfg: TrainConfig, accelerator, tracker, state: TrainState, splits: Splits, derived: dict[str, Any],
+                   resumed: bool, commit: str | None, total_steps: int, n_trainable: int) -> None:
+    """Open (or, resumed, reopen) the MLflow run; a fresh run logs params, data stats and the resolved config."""
+    from suffice.training.config import config_to_dict, flatten
+    from suffice.training.tracking import config_params
+
+    state.mlflow_run_id = tracker.start(state.run_name, run_id=state.mlflow_run_id, tags={
+        "task": cfg.task, "base_model": cfg.base_model, "finetune": cfg.finetune, "label_source": splits.label_source,
+        "data_hash": splits.data_hash, "mlflow.source.git.commit": commit or "unknown"})
+    if resumed:
+        return
+    params = config_params(cfg)
+    if cfg.task == "sufficiency" and not cfg.train_file:  # the data section with its defaults filled in
+        params.update({f"data.{k}": str(v) for k, v in flatten(config_to_dict(cfg.data_config())).items()})
+    tracker.log_params({**params, "git_commit": commit or "unknown", "data_hash": splits.data_hash,
+                        "label_source": splits.label_source, "num_processes": accelerator.num_processes,
+                        "effective_batch_size": cfg.effective_batch_size(accelerator.num_processes),
+                        "total_steps": total_steps, "trainable_parameters": n_trainable,
+                        **{f"items_{k}": v for k, v in derived["counts"].items()}})
+    tracker.log_metrics({f"data_{s}_{k}": v for s, m in derived["stats"].items() for k, v in m.items()}, step=0)
+    tracker.log_text(dump_yaml(cfg), "resolved_config.yaml")
+    if splits.manifest:
+        tracker.log_text(json.dumps(splits.manifest, indent=2, default=str), "data_manifest.json")
