@@ -31,9 +31,9 @@ from suffice.serving.gates import (
     SafetyThresholds,
 )
 from suffice.serving.packing import ContextPacker, QuestionTooLongError
-from suffice.serving.retrieval_gate import GateDecision, RetrievalGate, RetrievalGateConfig
+from suffice.serving.gates.retrieval import GateDecision, RetrievalGate, RetrievalGateConfig
 from suffice.serving.scorer import ConfidenceFactor, ScorerConfig, SufficiencyResult, SufficiencyScorer
-from suffice.serving.selective import SelectiveAnswerer, SelectiveDecision, selective_curve
+from suffice.serving.gates.selective import SelectiveAnswerer, SelectiveDecision, selective_curve
 
 __all__ = [
     "Artifact", "BundleError", "BundleManifest", "BundleNotFoundError", "ChecksumError", "ConfidenceFactor",

@@ -649,7 +649,6 @@ def create_app(config: ServiceConfig, scorer: Any, *, retrieval_gate: Any = None
     )
     log_filter = RedactingFilter(redact)
     log.addFilter(log_filter)
-    cg = config.context_gate
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -782,8 +781,7 @@ def create_app(config: ServiceConfig, scorer: Any, *, retrieval_gate: Any = None
     async def context_gate(req: ContextGateRequest) -> dict[str, Any]:
         t0 = time.perf_counter()
         _check_item(config.limits, "", len(req.artifacts), _chars(req.artifacts) + len(req.query or ""), what="artifacts")
-        gate = ContextGate(scorer, ContextGateConfig(budget_tokens=cg.budget_tokens, doc_cap=cg.max_docs,
-                                                     relevance_threshold=cg.relevance_threshold, model_weight=cg.model_weight))
+        gate = ContextGate(scorer, config.context_gate)
         arts = [a.model_dump() for a in req.artifacts]
         sel = await run_model(gate.select, arts, req.query, req.budget_tokens, req.max_docs, param="artifacts")
         return {
@@ -933,9 +931,7 @@ async def _chat(state: ServiceState, req: ChatRequest, check_question: Callable,
     meta: dict[str, Any]
     if sc.enabled:
         check_question(question, "messages (last user message)")
-        cg = config.context_gate
-        gate = ContextGate(state.scorer, ContextGateConfig(budget_tokens=cg.budget_tokens, doc_cap=cg.max_docs,
-                                                           relevance_threshold=cg.relevance_threshold, model_weight=cg.model_weight))
+        gate = ContextGate(state.scorer, config.context_gate)
         artifacts = [{"id": d["id"], "kind": "document", "content": (f"{d['title']}. {d['text']}" if d["title"] else d["text"])}
                      for d in documents]
 
@@ -969,7 +965,7 @@ async def _chat(state: ServiceState, req: ChatRequest, check_question: Callable,
                 "documents": {"source": source, "admitted": [a.id for a in sel.admitted] if sel else [],
                               "excluded": [{"id": e.artifact.id, "reason": e.reason.value} for e in sel.excluded] if sel else []}}
     else:
-        kept = documents[: config.context_gate.max_docs]
+        kept = documents[: config.context_gate.doc_cap]
         context = "\n\n".join(f"[document:{d['id']}]\n{d['title'] + '. ' if d['title'] else ''}{d['text']}" for d in kept)
         meta = {"score": None, "level": None, "factors": [], "missing_aspects": [], "action": "unscored",
                 "documents": {"source": source, "admitted": [d["id"] for d in kept], "excluded": []}}
