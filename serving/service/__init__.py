@@ -16,7 +16,8 @@ import logging
 import sys
 from pathlib import Path
 
-from suffice.serving.service.app import RedactingFilter, Redactor, create_app
+from suffice.serving.service.app import create_app
+from suffice.serving.service.errors import RedactingFilter, Redactor
 from suffice.serving.service.config import (
     ServiceConfig,
     ServiceConfigError,
