@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Mapping, Sequence
 
-from suffice.serving.bundle import LEVELS
+from suffice.serving.bundle import INSUFFICIENT
 from suffice.serving.gates.context import document_relevance
 from suffice.serving.lexical import content_terms, keyword_coverage, stem, tokenize_words
 from suffice.serving.packing import split_sentences
@@ -173,7 +173,7 @@ class SafetyGate:
                    f"only {chars} characters of context (needs >= {th.min_context_chars})")
         elif suff is not None:
             level = diag["sufficiency_level"]
-            ok = not (th.reject_insufficient and level == LEVELS[-1])
+            ok = not (th.reject_insufficient and level == INSUFFICIENT)
             record("context_sufficiency", ok, suff, f"the scorer rates the context {level} ({suff:.2f})")
         else:
             cov = keyword_coverage(query, texts).score

@@ -17,7 +17,7 @@ from typing import Any, AsyncIterator
 
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from suffice.serving.bundle import LEVELS
+from suffice.serving.bundle import INSUFFICIENT, SUFFICIENT
 from suffice.serving.gates.context import ContextGate
 from suffice.serving.service.config import ServiceConfig
 from suffice.serving.service.errors import ApiError, error_body
@@ -26,7 +26,6 @@ from suffice.serving.service.state import ServiceState, factors_of
 from suffice.serving.service.upstream import UpstreamError, UpstreamStream
 
 log = logging.getLogger("suffice.service")
-SUFFICIENT, PARTIAL, INSUFFICIENT = LEVELS
 NO_UPSTREAM = "no upstream LLM is configured: set upstream.base_url in the service config"
 
 

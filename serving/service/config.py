@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from suffice.serving.bundle import DEFAULT_THRESHOLDS, LEVELS
+from suffice.serving.bundle import DEFAULT_THRESHOLDS, PARTIAL, SUFFICIENT
 from suffice.serving.config import ConfigError, config_from_dict, deep_merge, load_yaml, parse_overrides
 from suffice.serving.gates.context import ContextGateConfig
 
@@ -83,11 +83,11 @@ class RuntimeSection:
 class Thresholds:
     """Score thresholds: ``sufficient`` when score >= sufficient, ``partial`` when >= partial."""
 
-    sufficient: float = DEFAULT_THRESHOLDS["sufficiency"][LEVELS[0]]
-    partial: float = DEFAULT_THRESHOLDS["sufficiency"][LEVELS[1]]
+    sufficient: float = DEFAULT_THRESHOLDS["sufficiency"][SUFFICIENT]
+    partial: float = DEFAULT_THRESHOLDS["sufficiency"][PARTIAL]
 
     def __post_init__(self) -> None:
-        for name in LEVELS[:2]:
+        for name in (SUFFICIENT, PARTIAL):
             v = getattr(self, name)
             if not 0.0 <= v <= 1.0:
                 raise ServiceConfigError(f"{name}={v!r} must be in [0, 1]")
