@@ -22,6 +22,14 @@ KNOWN_ROUTES = frozenset(POST_ROUTES + ("/healthz", "/readyz", "/metrics", "/doc
 METHODS = frozenset(("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"))
 
 
+def is_json(content_type: str) -> bool:
+    """``application/json`` or ``application/*+json`` (parameters such as charset allowed)."""
+    msg = email.message.Message()
+    msg["content-type"] = content_type
+    subtype = msg.get_content_subtype() if msg.get_content_maintype() == "application" else ""
+    return bool(content_type) and (subtype == "json" or subtype.endswith("+json"))
+
+
 def key_digest(key: str) -> bytes:
     """The sha256 of an API key: what the service keeps and compares instead of the key."""
     return hashlib.sha256(key.encode("utf-8", "surrogatepass")).digest()
@@ -68,65 +76,23 @@ class FrontDoor:
         await send({"type": "http.response.body", "body": body})
 
     async def _handle(self, scope: dict, receive: Callable, send: Callable, path: str, method: str) -> None:
-        st = self.state
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
-        if st.key_digests and path.startswith("/v1/"):
-            auth = headers.get("authorization", "")
-            scheme, _, token = auth.partition(" ")
-            ok = False
-            if scheme.lower() == "bearer" and token.strip():
-                d = key_digest(token.strip())
-                for k in st.key_digests:  # no early exit: the time does not depend on which key matched
-                    ok |= hmac.compare_digest(d, k)
-            if not ok:
-                await self._reply(send, 401, "invalid_api_key",
-                                  "missing or invalid API key: send 'Authorization: Bearer <key>'",
-                                  {"WWW-Authenticate": "Bearer"})
-                return
+        if self.state.key_digests and path.startswith("/v1/") and not self._authorised(headers):
+            await self._reply(send, 401, "invalid_api_key",
+                              "missing or invalid API key: send 'Authorization: Bearer <key>'",
+                              {"WWW-Authenticate": "Bearer"})
+            return
         if method != "POST" or path not in POST_ROUTES:
             await self.app(scope, receive, send)
             return
         ctype = headers.get("content-type", "")
-        msg = email.message.Message()
-        msg["content-type"] = ctype
-        subtype = msg.get_content_subtype() if msg.get_content_maintype() == "application" else ""
-        if not ctype or not (subtype == "json" or subtype.endswith("+json")):
+        if not is_json(ctype):
             await self._reply(send, 415, "unsupported_media_type",
                               f"Content-Type {ctype or '(none)'!r} is not supported: send the body as 'application/json'")
             return
-        limit = st.config.limits.max_body_bytes
-        too_big = f"the request body exceeds the limit of {limit} bytes (limits.max_body_bytes): send fewer or shorter passages"
-        declared = headers.get("content-length")
-        if declared is not None:
-            try:
-                n = int(declared)
-            except ValueError:
-                n = -1
-            if n < 0:
-                await self._reply(send, 400, "invalid_content_length", f"Content-Length {declared!r} is not a non-negative integer")
-                return
-            if n > limit:
-                if n <= 16 * limit:
-                    await self._drain(receive)
-                await self._reply(send, 413, "body_too_large", too_big, {"Connection": "close"})
-                return
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                if message.get("more_body", False):
-                    await self._drain(receive, size)
-                await self._reply(send, 413, "body_too_large", too_big, {"Connection": "close"})
-                return
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        body = b"".join(chunks)
+        body = await self._read_body(receive, send, headers.get("content-length"))
+        if body is None:
+            return
         if not body.strip():
             await self._reply(send, 422, "invalid_json", "the body is empty: send a JSON document (see /docs for the schema)")
             return
@@ -145,6 +111,49 @@ class FrontDoor:
             return await receive()
 
         await self.app(scope, replay, send)
+
+    def _authorised(self, headers: Mapping[str, str]) -> bool:
+        scheme, _, token = headers.get("authorization", "").partition(" ")
+        ok = False
+        if scheme.lower() == "bearer" and token.strip():
+            d = key_digest(token.strip())
+            for k in self.state.key_digests:  # no early exit: the time does not depend on which key matched
+                ok |= hmac.compare_digest(d, k)
+        return ok
+
+    async def _read_body(self, receive: Callable, send: Callable, declared: str | None) -> bytes | None:
+        """The whole body within ``limits.max_body_bytes``; None when the reply (400/413) was sent or the client left."""
+        limit = self.state.config.limits.max_body_bytes
+        too_big = f"the request body exceeds the limit of {limit} bytes (limits.max_body_bytes): send fewer or shorter passages"
+        if declared is not None:
+            try:
+                n = int(declared)
+            except ValueError:
+                n = -1
+            if n < 0:
+                await self._reply(send, 400, "invalid_content_length", f"Content-Length {declared!r} is not a non-negative integer")
+                return None
+            if n > limit:
+                if n <= 16 * limit:
+                    await self._drain(receive)
+                await self._reply(send, 413, "body_too_large", too_big, {"Connection": "close"})
+                return None
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                if message.get("more_body", False):
+                    await self._drain(receive, size)
+                await self._reply(send, 413, "body_too_large", too_big, {"Connection": "close"})
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
 
     async def _drain(self, receive: Callable, already: int = 0) -> None:
         cap = 16 * self.state.config.limits.max_body_bytes
