@@ -114,5 +114,6 @@ def test_service_context_gate_is_the_gate_config_with_the_max_docs_key(tmp_path)
     assert load_service_config(None, ["--context-gate.max-docs=2"]).context_gate.doc_cap == 2
     with pytest.raises(ServiceConfigError, match=r"max_docs=65 must be in \[0, 64\]"):
         load_service_config(None, ["--context_gate.max_docs=65"])
+    assert load_service_config(p, ["--context_gate.doc_cap=4"]).context_gate.doc_cap == 4  # the override wins
     with pytest.raises(ServiceConfigError, match="not both"):
         load_service_config(None, ["--context_gate.max_docs=2", "--context_gate.doc_cap=3"])

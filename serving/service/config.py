@@ -243,7 +243,7 @@ def _yaml_keys_to_fields(data: dict[str, Any]) -> dict[str, Any]:
     if isinstance(cg, Mapping) and "max_docs" in cg:
         cg = dict(cg)
         if "doc_cap" in cg:
-            raise ServiceConfigError("context_gate: give max_docs or doc_cap, not both (they are one setting)")
+            raise ServiceConfigError("context_gate: give max_docs or doc_cap, not both (they are one setting; max_docs is the documented key)")
         cg["doc_cap"] = cg.pop("max_docs")
         data = {**data, "context_gate": cg}
     return data
@@ -265,9 +265,9 @@ def load_service_config(path: str | os.PathLike | None = None, overrides: Sequen
     """
     where = "config" if path is None else str(path)
     try:
-        data = load_yaml(path, example="configs/service.yaml") if path is not None else {}
-        data = deep_merge(data, parse_overrides(overrides))
-        return config_from_dict(ServiceConfig, _yaml_keys_to_fields(data))
+        data = _yaml_keys_to_fields(load_yaml(path, example="configs/service.yaml")) if path is not None else {}
+        data = deep_merge(data, _yaml_keys_to_fields(parse_overrides(overrides)))
+        return config_from_dict(ServiceConfig, data)
     except ConfigError as e:
         raise ServiceConfigError(f"{where}: {e}") from None
 
