@@ -45,6 +45,13 @@ def _field_types(cls: type) -> dict[str, Any]:
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
 
 
+def _yaml_value(key: str, text: str) -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{key}: {text!r} is not a YAML value ({e})") from None
+
+
 def _coerce_union(key: str, value: Any, args: tuple) -> Any:
     if value is None and type(None) in args:
         return None
@@ -64,7 +71,7 @@ def _coerce_union(key: str, value: Any, args: tuple) -> Any:
 def _coerce_list(key: str, value: Any, tp: Any, origin: Any, args: tuple) -> Any:
     if isinstance(value, str):
         s = value.strip()
-        value = yaml.safe_load(s) if s.startswith("[") else [v.strip() for v in s.split(",") if v.strip()]
+        value = _yaml_value(key, s) if s.startswith("[") else [v.strip() for v in s.split(",") if v.strip()]
     if not isinstance(value, (list, tuple)):
         raise ConfigError(f"{key} must be a list, got {value!r}")
     inner = args[0] if args else Any
@@ -122,6 +129,8 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
     if dataclasses.is_dataclass(tp):
         if isinstance(value, tp):
             return value
+        if isinstance(value, str) and value.strip().startswith("{"):  # --section={key: value, ...}
+            value = _yaml_value(key, value)
         if not isinstance(value, Mapping):
             raise ConfigError(f"{key} must be a mapping of {tp.__name__} fields, got {value!r}")
         return _from_dict(tp, dict(value), prefix=f"{key}.")
@@ -129,7 +138,7 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
         return _coerce_list(key, value, tp, origin, args)
     if origin is dict or tp is dict:
         if isinstance(value, str):
-            value = yaml.safe_load(value)
+            value = _yaml_value(key, value)
         if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
             raise ConfigError(f"{key} must be a mapping with string keys, got {value!r}")
         return dict(value)

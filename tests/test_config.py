@@ -85,6 +85,8 @@ def test_serve_overrides_are_typed_by_field_like_train():
     assert cfg.limits.max_body_bytes == 2048 and cfg.sufficient_context.caveat == "yes"  # a string field keeps the text
     assert cfg.retrieval_gate.bundle is None and cfg.retriever.options == {"corpus": "c.jsonl"}
     assert cfg.sufficient_context.thresholds.partial == 0.4
+    section = load_service_config(None, ["--sufficient_context.thresholds={sufficient: 0.7, partial: 0.4}"])
+    assert (section.sufficient_context.thresholds.sufficient, section.sufficient_context.thresholds.partial) == (0.7, 0.4)
 
 
 @pytest.mark.parametrize("override, needle", [
