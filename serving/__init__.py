@@ -18,22 +18,12 @@ from suffice.serving.bundle import (
     read_manifest,
     verify_bundle,
 )
-from suffice.serving.gates import (
-    Artifact,
-    ContextGate,
-    ContextGateConfig,
-    ContextSelection,
-    ExclusionReason,
-    RejectionReason,
-    RetrievedChunk,
-    SafetyGate,
-    SafetyResult,
-    SafetyThresholds,
-)
+from suffice.serving.gates.context import Artifact, ContextGate, ContextGateConfig, ContextSelection, ExclusionReason
+from suffice.serving.gates.retrieval import GateDecision, RetrievalGate, RetrievalGateConfig
+from suffice.serving.gates.safety import RejectionReason, RetrievedChunk, SafetyGate, SafetyResult, SafetyThresholds
+from suffice.serving.gates.selective import SelectiveAnswerer, SelectiveDecision, selective_curve
 from suffice.serving.packing import ContextPacker, QuestionTooLongError
-from suffice.serving.retrieval_gate import GateDecision, RetrievalGate, RetrievalGateConfig
 from suffice.serving.scorer import ConfidenceFactor, ScorerConfig, SufficiencyResult, SufficiencyScorer
-from suffice.serving.selective import SelectiveAnswerer, SelectiveDecision, selective_curve
 
 __all__ = [
     "Artifact", "BundleError", "BundleManifest", "BundleNotFoundError", "ChecksumError", "ConfidenceFactor",

@@ -29,9 +29,10 @@ TOKENIZER = "tokenizer.json"
 TASKS = ("sufficiency", "retrieval_gate")
 # The three sufficiency levels, most to least sufficient: the one place that names them.
 LEVELS = ("sufficient", "partial", "insufficient")
+SUFFICIENT, PARTIAL, INSUFFICIENT = LEVELS
 STRATEGIES = ("select", "truncate", "recent", "select_lines")
 DEFAULT_THRESHOLDS = {
-    "sufficiency": {"sufficient": 0.8, "partial": 0.5},
+    "sufficiency": {SUFFICIENT: 0.8, PARTIAL: 0.5},
     "retrieval_gate": {"skip": 0.5},
 }
 
@@ -132,8 +133,8 @@ class BundleManifest:
                 raise ManifestError(f"threshold {k!r}={v!r} must be a number in [0, 1]")
         if self.task == "sufficiency":
             t = {**DEFAULT_THRESHOLDS["sufficiency"], **self.thresholds}
-            if t["partial"] > t["sufficient"]:
-                raise ManifestError(f"thresholds partial={t['partial']} > sufficient={t['sufficient']}: partial must be the lower one")
+            if t[PARTIAL] > t[SUFFICIENT]:
+                raise ManifestError(f"thresholds partial={t[PARTIAL]} > sufficient={t[SUFFICIENT]}: partial must be the lower one")
         for name in (self.model_file, self.tokenizer_file) + ((self.int8_model_file,) if self.int8_model_file else ()):
             if name not in self.files:
                 raise ManifestError(f"manifest lists no sha256 for {name!r}: every bundle file needs a checksum in 'files'")

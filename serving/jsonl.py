@@ -22,7 +22,40 @@ from typing import Any, Iterator, Mapping
 
 
 class JSONLError(ValueError):
-    """A JSON Lines file has a line that is not a JSON object; the message names the file and line."""
+    """A JSON Lines file has a line that is not a JSON object; the message names the file and line.
+
+    ``line_no`` is the 1-based line; ``reason`` what was wrong with it, without the file and line.
+    """
+
+    def __init__(self, message: str, line_no: int | None = None, reason: str = ""):
+        super().__init__(message)
+        self.line_no = line_no
+        self.reason = reason
+
+
+def iter_json_lines(path: str | os.PathLike) -> Iterator[tuple[int, Any]]:
+    """Yield ``(line_number, value)`` for every non-blank line, whatever JSON value it holds.
+
+    For formats whose lines may be other than objects (a retrieval corpus accepts bare strings);
+    :func:`iter_jsonl` is this plus the check that every line is an object.
+
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "x.jsonl"; _ = p.write_text('"text"\\n{"a": 1}\\n')
+    >>> list(iter_json_lines(p))
+    [(1, 'text'), (2, {'a': 1})]
+    """
+    with open(path, "rb") as f:
+        for line_no, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                yield line_no, json.loads(line)
+            except json.JSONDecodeError as e:
+                raise JSONLError(f"{os.fspath(path)}, line {line_no}: not valid JSON ({e}); fix or remove the line",
+                                 line_no, f"{e.msg} at column {e.colno}") from e
+            except UnicodeDecodeError as e:
+                raise JSONLError(f"{os.fspath(path)}, line {line_no}: not valid JSON ({e}); fix or remove the line",
+                                 line_no, f"not UTF-8: {e.reason} at byte {e.start}") from e
 
 
 def iter_jsonl(path: str | os.PathLike, what: str = "a JSON object") -> Iterator[tuple[int, dict[str, Any]]]:
@@ -34,18 +67,11 @@ def iter_jsonl(path: str | os.PathLike, what: str = "a JSON object") -> Iterator
 
     >>> next(iter_jsonl(__import__("io").StringIO('{"a": 1}')))  # doctest: +SKIP
     """
-    with open(path, "rb") as f:
-        for line_no, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                raise JSONLError(f"{os.fspath(path)}, line {line_no}: not valid JSON ({e}); fix or remove the line") from e
-            if not isinstance(obj, dict):
-                raise JSONLError(f"{os.fspath(path)}, line {line_no}: expected {what}, got a JSON {type(obj).__name__}; "
-                                 "each line must hold one JSON object")
-            yield line_no, obj
+    for line_no, obj in iter_json_lines(path):
+        if not isinstance(obj, dict):
+            raise JSONLError(f"{os.fspath(path)}, line {line_no}: expected {what}, got a JSON {type(obj).__name__}; "
+                             "each line must hold one JSON object", line_no, f"not {what}")
+        yield line_no, obj
 
 
 def read_jsonl(path: str | os.PathLike, what: str = "a JSON object") -> list[dict[str, Any]]:

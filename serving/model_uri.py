@@ -24,9 +24,13 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 from suffice.serving.bundle import BundleError, BundleNotFoundError
 from suffice.serving.pyfunc import find_bundle
+
+__all__ = ["REGISTRY_SCHEMES", "RegistryURIError", "bundle_cache_dir", "download_atomic", "is_registry_uri",
+           "local_bundle_dir", "resolve_bundle_uri", "tracking_uri"]
 
 REGISTRY_SCHEMES = ("models:/", "runs:/")
 _MODELS_URI = re.compile(r"^models:/(?P<name>[^/@]+)(?:/(?P<version>\d+)|@(?P<alias>[\w\-]+))$")
@@ -69,31 +73,23 @@ def bundle_cache_dir() -> Path:
 def resolve_bundle_uri(uri: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> Path:
     """A local bundle folder for a folder, an MLflow model folder, ``models:/NAME/N``, ``models:/NAME@alias`` or ``runs:/RUN/PATH``.
 
-    Registry versions are downloaded once into ``cache_dir/NAME/VERSION`` (an alias resolves to
-    its version first, so two aliases on one version share the download). Checksums are checked
-    when the scorer loads the folder.
+    The one place in suffice that turns a registry URI or a path into a bundle folder. Registry
+    versions are downloaded once by :func:`download_registry_uri`; checksums are checked when
+    the scorer loads the folder.
     """
     text = str(uri)
     if not is_registry_uri(text):
-        if "://" in text:
-            raise RegistryURIError(f"unsupported bundle location {text!r}: give a local folder, models:/NAME/VERSION, "
-                                   "models:/NAME@ALIAS or runs:/RUN_ID/PATH")
-        path = Path(text)
-        if not path.is_dir():
-            raise BundleNotFoundError(f"bundle folder {path} does not exist: give the folder `suffice export --out` wrote "
-                                      "or a registry URI such as models:/suffice-sufficiency@production")
-        # an MLflow model folder (a downloaded registry version) holds its bundle under data/;
-        # any other folder is taken as the bundle itself, and loading it says what is missing
-        return find_bundle(path) if (path / "MLmodel").is_file() else path
+        return local_bundle_dir(text)
     return find_bundle(download_registry_uri(text, cache_dir))
 
 
 def download_registry_uri(uri: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> Path:
     """The local folder holding the artifacts of ``models:/NAME/N``, ``models:/NAME@alias`` or ``runs:/RUN/PATH``.
 
-    Downloaded once, atomically, into ``cache_dir/NAME/VERSION`` (``cache_dir/runs/...`` for a run
-    URI); a killed download never leaves a folder a later call would take as complete. The folder
-    is returned as downloaded: a bundle, an MLflow model holding one, or a trained-model directory.
+    Downloaded once into ``cache_dir/NAME/VERSION`` (an alias resolves to its version first, so
+    two aliases on one version share the download; ``cache_dir/runs/...`` for a run URI),
+    atomically (:func:`download_atomic`). The folder is returned as downloaded: a bundle, an
+    MLflow model holding one, or a trained-model directory.
     """
     text = str(uri)
     if not is_registry_uri(text):
@@ -109,8 +105,8 @@ def download_registry_uri(uri: str | os.PathLike, cache_dir: str | os.PathLike |
         mlflow.set_tracking_uri(store)
     client = MlflowClient(tracking_uri=store, registry_uri=store)
     cache_root = Path(cache_dir) if cache_dir else bundle_cache_dir()
-    m = _MODELS_URI.match(text)
     if text.startswith("models:/"):
+        m = _MODELS_URI.match(text)
         if not m:
             raise RegistryURIError(f"cannot parse {text!r}: use models:/NAME/VERSION or models:/NAME@ALIAS")
         try:
@@ -125,14 +121,45 @@ def download_registry_uri(uri: str | os.PathLike, cache_dir: str | os.PathLike |
         source = text
         target = cache_root / "runs" / re.sub(r"[^\w.-]+", "_", text[len("runs:/"):])
     if not (target.is_dir() and any(target.iterdir())):
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=".download-", dir=target.parent))
         try:
-            mlflow.artifacts.download_artifacts(artifact_uri=source, dst_path=str(staging))
-            shutil.rmtree(target, ignore_errors=True)
-            os.replace(staging, target)  # a killed download never leaves a half-filled cache entry
+            download_atomic(lambda dst: mlflow.artifacts.download_artifacts(artifact_uri=source, dst_path=str(dst)), target)
         except Exception as e:  # network, permissions, missing artifacts: say which URI and source
             raise RegistryURIError(f"could not download {text} (source {source}) into {target}: {e}") from e
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def local_bundle_dir(path: str | os.PathLike) -> Path:
+    """The bundle folder for a local path: the folder itself, or an MLflow model folder's ``data/`` bundle."""
+    text = str(path)
+    if "://" in text:
+        raise RegistryURIError(f"unsupported bundle location {text!r}: give a local folder, models:/NAME/VERSION, "
+                               "models:/NAME@ALIAS or runs:/RUN_ID/PATH")
+    folder = Path(text)
+    if not folder.is_dir():
+        raise BundleNotFoundError(f"bundle folder {folder} does not exist: give the folder `suffice export --out` wrote "
+                                  "or a registry URI such as models:/suffice-sufficiency@production")
+    # an MLflow model folder (a downloaded registry version) holds its bundle under data/;
+    # any other folder is taken as the bundle itself, and loading it says what is missing
+    return find_bundle(folder) if (folder / "MLmodel").is_file() else folder
+
+
+def download_atomic(fill: Callable[[Path], object], target: str | os.PathLike) -> Path:
+    """Fill a fresh staging folder next to ``target`` with ``fill(staging)``, then rename it to ``target``.
+
+    A killed or failed download never leaves a half-filled ``target`` that a later call would
+    take as complete: the staging folder is removed, ``target`` is untouched.
+
+    >>> import tempfile; t = Path(tempfile.mkdtemp()) / "v1"
+    >>> download_atomic(lambda d: (d / "a.txt").write_text("a"), t).name, sorted(p.name for p in t.iterdir())
+    ('v1', ['a.txt'])
+    """
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".download-", dir=target.parent))
+    try:
+        fill(staging)
+        shutil.rmtree(target, ignore_errors=True)
+        os.replace(staging, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return target

@@ -18,13 +18,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterator, Mapping, Sequence
 
-from suffice.serving.bundle import DEFAULT_THRESHOLDS
+from suffice.serving.bundle import DEFAULT_THRESHOLDS, INSUFFICIENT, LEVELS, PARTIAL, SUFFICIENT
 from suffice.serving.lexical import Coverage, keyword_coverage, stem, tokenize_words
 from suffice.serving.packing import PackedInput, normalise_passages
 from suffice.serving.runtime import OnnxClassifier, RuntimeConfig
-
-LEVELS = ("sufficient", "partial", "insufficient")
-
 
 @dataclass(frozen=True)
 class ScorerConfig:
@@ -49,7 +46,7 @@ class ScorerConfig:
         if not isinstance(self.batch_size, int) or self.batch_size < 1:
             raise ValueError(f"batch_size={self.batch_size!r} must be a positive integer")
         if self.thresholds is not None:
-            unknown = sorted(set(self.thresholds) - {"sufficient", "partial"})
+            unknown = sorted(set(self.thresholds) - {SUFFICIENT, PARTIAL})
             if unknown:
                 raise ValueError(f"unknown threshold(s) {unknown}: the scorer uses 'sufficient' and 'partial'")
             for k, v in self.thresholds.items():
@@ -99,8 +96,8 @@ class SufficiencyScorer:
         self.config = config
         self.manifest = model.manifest
         self.thresholds = {**DEFAULT_THRESHOLDS["sufficiency"], **dict(self.manifest.thresholds), **dict(config.thresholds or {})}
-        if self.thresholds["partial"] > self.thresholds["sufficient"]:
-            raise ValueError(f"thresholds partial={self.thresholds['partial']} > sufficient={self.thresholds['sufficient']}: partial must be the lower one")
+        if self.thresholds[PARTIAL] > self.thresholds[SUFFICIENT]:
+            raise ValueError(f"thresholds partial={self.thresholds[PARTIAL]} > sufficient={self.thresholds[SUFFICIENT]}: partial must be the lower one")
         self._pos = self.manifest.positive_index
 
     @classmethod
@@ -133,11 +130,11 @@ class SufficiencyScorer:
         >>> scorer.level_for(0.85), scorer.level_for(0.6), scorer.level_for(0.1)  # doctest: +SKIP
         ('sufficient', 'partial', 'insufficient')
         """
-        if score >= self.thresholds["sufficient"]:
-            return "sufficient"
-        if score >= self.thresholds["partial"]:
-            return "partial"
-        return "insufficient"
+        if score >= self.thresholds[SUFFICIENT]:
+            return SUFFICIENT
+        if score >= self.thresholds[PARTIAL]:
+            return PARTIAL
+        return INSUFFICIENT
 
     def score(self, question: str, passages: Any) -> SufficiencyResult:
         """Score one pair; passages are strings or ``{title, text}`` dicts (empty -> insufficient).
@@ -204,7 +201,7 @@ class SufficiencyScorer:
     def _empty_result(self, question: str, latency_ms: float) -> SufficiencyResult:
         return SufficiencyResult(
             score=0.0,
-            level="insufficient",
+            level=INSUFFICIENT,
             missing_aspects=[f"any context: no passage text was given for '{question.strip()}'; retrieve passages first"],
             confidence_factors=[ConfidenceFactor("empty_context", "lowers", "no passages (or only empty ones) were given, so the model was not run")],
             latency_ms=latency_ms,
@@ -216,7 +213,7 @@ class SufficiencyScorer:
         level = self.level_for(score)
         cov = keyword_coverage(question, [f"{t}. {x}" if t else x for t, x in pairs])
         factors = [ConfidenceFactor(
-            "model", "raises" if score >= self.thresholds["partial"] else "lowers",
+            "model", "raises" if score >= self.thresholds[PARTIAL] else "lowers",
             f"the model gives P({self.manifest.positive_label})={score:.2f} (temperature {self.manifest.temperature:g}, {self.precision})",
         )]
         if cov.n_terms:
@@ -233,10 +230,10 @@ class SufficiencyScorer:
                 f"the context ({packed.context_tokens_total} tokens) exceeds the {self.manifest.max_length}-token window: "
                 f"'{packed.strategy}' kept {packed.context_tokens_kept} tokens, {packed.sentences_kept} of {packed.sentences_total} sentences",
             ))
-        near = [name for name in ("sufficient", "partial") if abs(score - self.thresholds[name]) < self.config.borderline_margin]
+        near = [name for name in (SUFFICIENT, PARTIAL) if abs(score - self.thresholds[name]) < self.config.borderline_margin]
         if near:
             factors.append(ConfidenceFactor("borderline", "neutral", f"the score is within {self.config.borderline_margin:g} of the '{near[0]}' threshold ({self.thresholds[near[0]]:g})"))
-        missing = [] if level == "sufficient" else _missing_aspects(question, cov)
+        missing = [] if level == SUFFICIENT else _missing_aspects(question, cov)
         return SufficiencyResult(
             score=score,
             level=level,

@@ -138,7 +138,7 @@ def test_each_app_has_its_own_registry():
 
 # -- backpressure ---------------------------------------------------------------------------
 def test_model_queue_refuses_beyond_capacity_and_releases_slots():
-    from suffice.serving.service.app import ModelQueue, QueueFullError
+    from suffice.serving.service.queue import ModelQueue, QueueFullError
 
     release = threading.Event()
 

@@ -16,7 +16,9 @@ import logging
 import sys
 from pathlib import Path
 
-from suffice.serving.service.app import RedactingFilter, Redactor, create_app
+from suffice.serving.bundle import PARTIAL, SUFFICIENT
+from suffice.serving.service.app import create_app
+from suffice.serving.service.errors import RedactingFilter, Redactor
 from suffice.serving.service.config import (
     ServiceConfig,
     ServiceConfigError,
@@ -61,7 +63,7 @@ def build_service(bundle: str, config: ServiceConfig):
     th = config.sufficient_context.thresholds
     scorer = SufficiencyScorer.load(resolve_bundle_uri(bundle), ScorerConfig(
         precision=rt.precision, intra_op_threads=rt.intra_op_threads, verify_checksums=rt.verify_checksums,
-        thresholds={"sufficient": th.sufficient, "partial": th.partial},
+        thresholds={SUFFICIENT: th.sufficient, PARTIAL: th.partial},
     ))
     gate = None
     if config.retrieval_gate.bundle:
@@ -112,8 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     rt, lim = config.runtime, config.limits
     m = scorer.manifest
     print(f"suffice serve: bundle {args.bundle} ({m.task}, {scorer.precision}, window {m.max_length} tokens, "
-          f"strategy {m.long_context_strategy}); thresholds sufficient>={scorer.thresholds['sufficient']:g} "
-          f"partial>={scorer.thresholds['partial']:g}", file=sys.stderr)
+          f"strategy {m.long_context_strategy}); thresholds sufficient>={scorer.thresholds[SUFFICIENT]:g} "
+          f"partial>={scorer.thresholds[PARTIAL]:g}", file=sys.stderr)
     print(f"suffice serve: {rt.workers} model worker(s) x {rt.intra_op_threads or 'auto'} onnxruntime thread(s); "
           f"queue {lim.queue_size}; body <= {lim.max_body_bytes} B, <= {lim.max_passages} passages, <= {lim.max_chars} chars; "
           f"retrieval gate {'on' if gate else 'off'}; upstream {'on' if config.upstream.base_url else 'off'}; "

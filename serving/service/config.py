@@ -13,18 +13,19 @@ variables whose *names* the file gives.
 
 from __future__ import annotations
 
-import dataclasses
 import os
-import types
-import typing
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-import yaml
+from suffice.serving.bundle import DEFAULT_THRESHOLDS, PARTIAL, SUFFICIENT
+from suffice.serving.config import ConfigError, config_from_dict, deep_merge, load_yaml, parse_overrides
+from suffice.serving.gates.context import ContextGateConfig
+
+# the most documents one request may admit (the HTTP schema's ``max_docs`` bound too)
+MAX_DOCS_LIMIT = 64
 
 
-class ServiceConfigError(ValueError):
+class ServiceConfigError(ConfigError):
     """A service config key or value is wrong; the message names the key, the value and the fix."""
 
 
@@ -82,11 +83,11 @@ class RuntimeSection:
 class Thresholds:
     """Score thresholds: ``sufficient`` when score >= sufficient, ``partial`` when >= partial."""
 
-    sufficient: float = 0.8
-    partial: float = 0.5
+    sufficient: float = DEFAULT_THRESHOLDS["sufficiency"][SUFFICIENT]
+    partial: float = DEFAULT_THRESHOLDS["sufficiency"][PARTIAL]
 
     def __post_init__(self) -> None:
-        for name in ("sufficient", "partial"):
+        for name in (SUFFICIENT, PARTIAL):
             v = getattr(self, name)
             if not 0.0 <= v <= 1.0:
                 raise ServiceConfigError(f"{name}={v!r} must be in [0, 1]")
@@ -119,31 +120,6 @@ class SufficientContextConfig:
             raise ServiceConfigError(f"min_contexts={self.min_contexts!r} must be in [0, 64]")
         if not self.caveat.strip():
             raise ServiceConfigError("caveat must not be empty: it is what tells the user the answer is uncertain")
-
-
-@dataclass(frozen=True)
-class ContextGateSection:
-    """Defaults of the ContextGate (``/v1/context-gate`` and the chat gateway).
-
-    budget_tokens: most tokens the assembled context may hold.
-    max_docs: most documents admitted.
-    relevance_threshold: documents less relevant than this to the question are dropped.
-    model_weight: weight of the model in the relevance blend (0 = lexical only, no model calls).
-    """
-
-    budget_tokens: int = 1024
-    max_docs: int = 5
-    relevance_threshold: float = 0.3
-    model_weight: float = 0.5
-
-    def __post_init__(self) -> None:
-        if self.budget_tokens < 1:
-            raise ServiceConfigError(f"budget_tokens={self.budget_tokens!r} must be >= 1")
-        if not 0 <= self.max_docs <= 64:
-            raise ServiceConfigError(f"max_docs={self.max_docs!r} must be in [0, 64]")
-        for name in ("relevance_threshold", "model_weight"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ServiceConfigError(f"{name}={getattr(self, name)!r} must be in [0, 1]")
 
 
 @dataclass(frozen=True)
@@ -245,121 +221,54 @@ class ServiceConfig:
     server: ServerConfig = field(default_factory=ServerConfig)
     runtime: RuntimeSection = field(default_factory=RuntimeSection)
     sufficient_context: SufficientContextConfig = field(default_factory=SufficientContextConfig)
-    context_gate: ContextGateSection = field(default_factory=ContextGateSection)
+    context_gate: ContextGateConfig = field(default_factory=ContextGateConfig)
     upstream: UpstreamConfig = field(default_factory=UpstreamConfig)
     retriever: RetrieverSection = field(default_factory=RetrieverSection)
     retrieval_gate: RetrievalGateSection = field(default_factory=RetrievalGateSection)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)
 
+    def __post_init__(self) -> None:
+        if self.context_gate.doc_cap > MAX_DOCS_LIMIT:
+            raise ServiceConfigError(f"context_gate: max_docs={self.context_gate.doc_cap!r} must be in [0, {MAX_DOCS_LIMIT}]")
+
 
 # ------------------------------------------------------------------------------------------
-# loading and checking
+# loading
 # ------------------------------------------------------------------------------------------
-def _type_name(tp: Any) -> str:
-    return getattr(tp, "__name__", str(tp))
-
-
-def _check_value(key: str, value: Any, tp: Any) -> Any:
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        inner = [a for a in args if a is not type(None)]
-        return _check_value(key, value, inner[0])
-    if dataclasses.is_dataclass(tp):
-        if not isinstance(value, Mapping):
-            raise ServiceConfigError(f"{key} must be a mapping of {sorted(f.name for f in dataclasses.fields(tp))}, got {value!r}")
-        return _build(tp, value, f"{key}.")
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise ServiceConfigError(f"{key}={value!r} must be true or false")
-        return value
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ServiceConfigError(f"{key}={value!r} must be an integer")
-        return value
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ServiceConfigError(f"{key}={value!r} must be a number")
-        return float(value)
-    if tp is str:
-        if not isinstance(value, str):
-            raise ServiceConfigError(f"{key}={value!r} must be a string")
-        return value
-    if tp is dict or origin is dict:
-        if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
-            raise ServiceConfigError(f"{key} must be a mapping with string keys, got {value!r}")
-        return dict(value)
-    raise ServiceConfigError(f"{key}: unsupported config type {_type_name(tp)}")  # a bug in this module
-
-
-def _build(cls: type, data: Mapping[str, Any], prefix: str = "") -> Any:
-    hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
-    unknown = sorted(set(data) - set(names))
-    if unknown:
-        raise ServiceConfigError(
-            f"unknown key(s) {[prefix + k for k in unknown]}: the known keys{' of ' + prefix.rstrip('.') if prefix else ''} are {names}"
-        )
-    kwargs = {k: _check_value(prefix + k, v, hints[k]) for k, v in data.items()}
-    try:
-        return cls(**kwargs)
-    except ServiceConfigError as e:
-        where = prefix.rstrip(".") or "config"
-        raise ServiceConfigError(f"{where}: {e}") from None
-
-
-def _set_dotted(data: dict, dotted: str, value: Any) -> None:
-    parts = dotted.split(".")
-    node = data
-    for p in parts[:-1]:
-        nxt = node.setdefault(p, {})
-        if not isinstance(nxt, dict):
-            raise ServiceConfigError(f"override --{dotted}: {p!r} is not a section")
-        node = nxt
-    node[parts[-1]] = value
+def _yaml_keys_to_fields(data: dict[str, Any]) -> dict[str, Any]:
+    """The one place where a service YAML key differs from its field: ``context_gate.max_docs``
+    (the name the HTTP API uses too) is :class:`ContextGateConfig`'s ``doc_cap``."""
+    cg = data.get("context_gate")
+    if isinstance(cg, Mapping) and "max_docs" in cg:
+        cg = dict(cg)
+        if "doc_cap" in cg:
+            raise ServiceConfigError("context_gate: give max_docs or doc_cap, not both (they are one setting; max_docs is the documented key)")
+        cg["doc_cap"] = cg.pop("max_docs")
+        data = {**data, "context_gate": cg}
+    return data
 
 
 def load_service_config(path: str | os.PathLike | None = None, overrides: Sequence[str] = ()) -> ServiceConfig:
-    """Defaults, then the YAML file, then ``--dotted.key=value`` overrides (values parsed as YAML).
+    """Defaults, then the YAML file, then ``--dotted.key=value`` overrides.
 
-    >>> load_service_config(None, ["--limits.queue_size=8"]).limits.queue_size
+    The engine is :mod:`suffice.serving.config`, the one ``suffice train`` uses: override values
+    are typed by the field they set, and ``-`` in a key means ``_``.
+
+    >>> load_service_config(None, ["--limits.queue-size=8"]).limits.queue_size
     8
     >>> try:
     ...     load_service_config(None, ["--limits.queue=8"])
     ... except ServiceConfigError as e:
-    ...     print(str(e)[:40])
-    config: unknown key(s) ['limits.queue']:
+    ...     print(str(e)[:46])
+    config: unknown config key(s) ['limits.queue']
     """
-    data: dict[str, Any] = {}
-    where = "config"
-    if path is not None:
-        p = Path(path)
-        where = str(p)
-        if not p.is_file():
-            raise ServiceConfigError(f"config file {p} does not exist: give --config PATH (see configs/service.yaml)")
-        try:
-            loaded = yaml.safe_load(p.read_text(encoding="utf-8"))
-        except yaml.YAMLError as e:
-            raise ServiceConfigError(f"{p} is not valid YAML: {e}") from e
-        if loaded is None:
-            loaded = {}
-        if not isinstance(loaded, dict):
-            raise ServiceConfigError(f"{p} must hold a mapping of sections, got {type(loaded).__name__}")
-        data = loaded
-    for ov in overrides:
-        if not ov.startswith("--") or "=" not in ov:
-            raise ServiceConfigError(f"override {ov!r} must look like --section.key=value")
-        key, raw = ov[2:].split("=", 1)
-        try:
-            value = yaml.safe_load(raw) if raw != "" else ""
-        except yaml.YAMLError as e:
-            raise ServiceConfigError(f"override --{key}: {raw!r} is not a YAML value ({e})") from e
-        _set_dotted(data, key, value)
+    where = "config" if path is None else str(path)
     try:
-        return _build(ServiceConfig, data)
-    except ServiceConfigError as e:
+        data = _yaml_keys_to_fields(load_yaml(path, example="configs/service.yaml")) if path is not None else {}
+        data = deep_merge(data, _yaml_keys_to_fields(parse_overrides(overrides)))
+        return config_from_dict(ServiceConfig, data)
+    except ConfigError as e:
         raise ServiceConfigError(f"{where}: {e}") from None
 
 

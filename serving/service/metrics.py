@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-LEVELS = ("sufficient", "partial", "insufficient")
-GATE_DECISIONS = ("RETRIEVE", "SKIP")
+from suffice.serving.bundle import LEVELS
+from suffice.serving.gates.retrieval import RETRIEVE, SKIP
+
+GATE_DECISIONS = (RETRIEVE, SKIP)
 SCORE_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 

@@ -15,7 +15,6 @@ as ``module:attr``. The factory is called with ``options`` as keyword arguments.
 from __future__ import annotations
 
 import importlib
-import json
 import math
 import os
 from collections import Counter, defaultdict
@@ -24,6 +23,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
+from suffice.serving.jsonl import JSONLError, iter_json_lines
 from suffice.serving.lexical import STOPWORDS, stem, tokenize_words
 
 ENTRY_POINT_GROUP = "suffice.retrievers"
@@ -146,19 +146,15 @@ def read_corpus(path: Path) -> list[RetrievedDocument]:
         raise RetrieverError(f"corpus {path} does not exist: set retriever.options.corpus to a JSONL file of {{id, title, text}} lines")
     docs: list[RetrievedDocument] = []
     seen: set[str] = set()
-    with open(path, encoding="utf-8") as f:
-        for n, raw in enumerate(f, start=1):
-            if not raw.strip():
-                continue
-            try:
-                obj = json.loads(raw)
-            except json.JSONDecodeError as e:
-                raise RetrieverError(f"{path}:{n}: not valid JSON ({e.msg} at column {e.colno})") from None
+    try:
+        for n, obj in iter_json_lines(path):
             d = _parse_doc(obj, n, str(path))
             if d.id in seen:
                 raise RetrieverError(f"{path}:{n}: duplicate id {d.id!r}: document ids must be unique")
             seen.add(d.id)
             docs.append(d)
+    except JSONLError as e:
+        raise RetrieverError(f"{path}:{e.line_no}: not valid JSON ({e.reason})") from None
     return docs
 
 

@@ -1,0 +1,148 @@
+"""Should this chat turn trigger retrieval? RETRIEVE vs SKIP, failing open.
+
+The latest user message is the "question" (never truncated); the previous turns are the
+"passages" (title = role), packed with the bundle's long-context strategy, as in training:
+``select_lines`` (the lines of earlier turns that share terms with the new message, then in
+their original order) or ``recent`` (the newest turns, the oldest trimmed first). The first
+user message of a thread is always RETRIEVE (nothing to answer
+from yet) without running the model. Any error or malformed input gives RETRIEVE with the
+reason: a gate that fails closed would silently starve the answerer of knowledge.
+
+>>> gate = RetrievalGate.load("bundles/retrieval-gate-v1")  # doctest: +SKIP
+>>> gate.decide([{"role": "user", "content": "What is our refund policy?"},
+...              {"role": "assistant", "content": "Refunds are accepted within 30 days."},
+...              {"role": "user", "content": "Thanks! Can you make that a bullet list?"}]).decision  # doctest: +SKIP
+'SKIP'
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from suffice.serving.runtime import OnnxClassifier, RuntimeConfig
+
+RETRIEVE, SKIP = "RETRIEVE", "SKIP"
+
+
+def turns_as_passages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
+    """Chat turns as the gate's passages (title = role), in training, export and serving alike.
+
+    >>> turns_as_passages([{"role": "assistant", "content": "Basic costs $5."}])
+    [{'title': 'assistant', 'text': 'Basic costs $5.'}]
+    """
+    return [{"title": m.get("role", ""), "text": m["content"]} for m in messages]
+
+
+@dataclass(frozen=True)
+class RetrievalGateConfig:
+    """RetrievalGate settings.
+
+    skip_threshold: SKIP when P(SKIP) >= this; None uses the bundle's ``thresholds.skip``.
+    context_turns: how many previous turns go in as context (the most recent ones).
+    max_tokens: window for question + context; None uses the bundle's max_length (never more).
+    precision / intra_op_threads / verify_checksums: as for the scorer.
+    """
+
+    skip_threshold: float | None = None
+    context_turns: int = 6
+    max_tokens: int | None = None
+    precision: str = "auto"
+    intra_op_threads: int = 0
+    verify_checksums: bool = True
+
+    def __post_init__(self) -> None:
+        if self.skip_threshold is not None and not 0.0 <= self.skip_threshold <= 1.0:
+            raise ValueError(f"skip_threshold={self.skip_threshold!r} must be in [0, 1]")
+        if not isinstance(self.context_turns, int) or self.context_turns < 0:
+            raise ValueError(f"context_turns={self.context_turns!r} must be an integer >= 0")
+        if self.max_tokens is not None and (not isinstance(self.max_tokens, int) or self.max_tokens < 16):
+            raise ValueError(f"max_tokens={self.max_tokens!r} must be an integer >= 16")
+
+
+@dataclass(frozen=True)
+class GateDecision:
+    """decision: RETRIEVE or SKIP; score: P(SKIP) (None when the model did not run)."""
+
+    decision: str
+    score: float | None
+    latency_ms: float
+    reason: str
+
+
+class RetrievalGate:
+    """RETRIEVE/SKIP for the latest user turn of a chat thread; never raises from :meth:`decide`."""
+
+    def __init__(self, model: OnnxClassifier, config: RetrievalGateConfig):
+        self._model = model
+        self.config = config
+        m = model.manifest
+        labels = set(m.id2label.values())
+        if labels != {RETRIEVE, SKIP}:
+            raise ValueError(f"a retrieval-gate bundle needs labels RETRIEVE and SKIP, this one has {sorted(labels)}")
+        self._skip_idx = next(i for i, v in m.id2label.items() if v == SKIP)
+        self.skip_threshold = config.skip_threshold if config.skip_threshold is not None else m.threshold("skip")
+        if m.long_context_strategy == "truncate":
+            raise ValueError("this retrieval-gate bundle packs with 'truncate' (oldest turns first): retrain it with "
+                             "long_context_strategy select_lines or recent")
+        self._packer = model.packer_for(config.max_tokens)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, config: RetrievalGateConfig | None = None) -> "RetrievalGate":
+        """Load a ``retrieval_gate`` bundle (manifest and checksums are validated)."""
+        config = config or RetrievalGateConfig()
+        rt = RuntimeConfig(precision=config.precision, intra_op_threads=config.intra_op_threads,
+                           verify_checksums=config.verify_checksums)
+        return cls(OnnxClassifier(path, rt, expected_task="retrieval_gate"), config)
+
+    def build_input(self, messages: Sequence[Mapping[str, Any]]) -> tuple[str, list[dict[str, str]]] | None:
+        """(question, passages) for a thread, or None when this is the thread's first user message.
+
+        Raises ValueError for malformed threads (``decide`` turns that into RETRIEVE).
+        """
+        if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence) or not messages:
+            raise ValueError("messages must be a non-empty list of {role, content} mappings")
+        for i, m in enumerate(messages):
+            if not isinstance(m, Mapping) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+                raise ValueError(f"message {i} must be a mapping with string 'role' and 'content', got {m!r}")
+        user_idx = [i for i, m in enumerate(messages) if m["role"] == "user"]
+        if not user_idx:
+            raise ValueError("the thread has no user message")
+        last = user_idx[-1]
+        question = messages[last]["content"]
+        if not question.strip():
+            raise ValueError("the latest user message is empty")
+        if len(user_idx) == 1:
+            return None
+        prev = [m for m in messages[:last] if m["content"].strip()]
+        if self.config.context_turns:
+            prev = prev[-self.config.context_turns:]
+        else:
+            prev = []
+        return question, turns_as_passages(prev)
+
+    def decide(self, messages: Sequence[Mapping[str, Any]]) -> GateDecision:
+        """RETRIEVE or SKIP for the latest user message; any problem gives RETRIEVE with the reason."""
+        t0 = time.perf_counter()
+
+        def ms() -> float:
+            return (time.perf_counter() - t0) * 1e3
+
+        try:
+            built = self.build_input(messages)
+        except (ValueError, TypeError, KeyError) as e:
+            return GateDecision(RETRIEVE, None, ms(), f"malformed_input: {e}")
+        if built is None:
+            return GateDecision(RETRIEVE, None, ms(), "first_turn: the first user message of a thread always retrieves")
+        question, passages = built
+        try:
+            packed = self._packer.pack(question, passages)
+            _, probs = self._model.predict_packed([packed])
+            p_skip = float(probs[0, self._skip_idx])
+        except Exception as e:  # fail open by design: a broken gate must never block retrieval
+            return GateDecision(RETRIEVE, None, ms(), f"error: {type(e).__name__}: {e}")
+        if p_skip >= self.skip_threshold:
+            return GateDecision(SKIP, p_skip, ms(), f"P(SKIP)={p_skip:.2f} >= {self.skip_threshold:g}: answerable from the conversation")
+        return GateDecision(RETRIEVE, p_skip, ms(), f"P(SKIP)={p_skip:.2f} < {self.skip_threshold:g}: needs new knowledge")

@@ -1,0 +1,274 @@
+"""The service's request and response models (pydantic): what each route accepts and answers.
+
+FastAPI validates every body against these before a route runs (422 naming the field); the
+per-item limits (413) are checked by the routes. ``Strict`` models refuse unknown fields; the
+chat models allow them (they are forwarded to the upstream untouched).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Sequence, Union
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
+
+from suffice.serving.bundle import LEVELS
+from suffice.serving.service.config import MAX_DOCS_LIMIT
+
+
+def valid_unicode(v: str) -> str:
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("contains an unpaired UTF-16 surrogate (\\ud800-\\udfff escape): send valid Unicode text") from None
+    return v
+
+
+def not_blank(v: str) -> str:
+    if not v.strip():
+        raise ValueError("must contain non-whitespace text")
+    return v
+
+
+Text = Annotated[str, AfterValidator(valid_unicode)]
+NonBlank = Annotated[str, AfterValidator(valid_unicode), AfterValidator(not_blank)]
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PassageIn(Strict):
+    title: Text = ""
+    text: Text
+
+
+class SufficiencyRequest(Strict):
+    """One question and the passages retrieved for it (strings or ``{title, text}`` objects)."""
+
+    question: NonBlank = Field(description="The user's question (never truncated).")
+    passages: list[Union[Text, PassageIn]] = Field(default_factory=list, description="Retrieved passages.")
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"question": "Where is the Eiffel Tower?", "passages": [{"title": "Paris", "text": "The Eiffel Tower is in Paris."}]}]})
+
+
+def sufficiency_form(v: Any) -> str:
+    return "item-list" if isinstance(v, list) else "one-item"
+
+
+# One object or a list of them (the batch form); the discriminator keeps errors to the form sent.
+SufficiencyBody = Annotated[
+    Union[Annotated[SufficiencyRequest, Tag("one-item")], Annotated[list[SufficiencyRequest], Tag("item-list")]],
+    Discriminator(sufficiency_form),
+]
+UNION_TAGS = frozenset(("one-item", "item-list"))
+
+
+class Factor(BaseModel):
+    name: str
+    effect: str
+    detail: str
+
+
+class SufficiencyResponse(BaseModel):
+    score: float = Field(description="Calibrated probability that the passages suffice to answer (0..1).")
+    level: Literal[LEVELS]
+    missing_aspects: list[str]
+    confidence_factors: list[Factor]
+    latency_ms: float = Field(description="Service time for this item: queue wait plus model (batch: model time per item).")
+    model_version: str
+
+
+class ArtifactIn(Strict):
+    id: NonBlank
+    kind: Literal["system", "task", "message", "document"]
+    content: Text
+    authority: Finite = 0.0
+    priority: Finite = 0.0
+
+
+class ContextGateRequest(Strict):
+    artifacts: list[ArtifactIn]
+    query: Text | None = Field(None, description="Defaults to the last message artifact.")
+    budget_tokens: int | None = Field(None, ge=1, le=1_000_000, description="Defaults to context_gate.budget_tokens.")
+    max_docs: int | None = Field(None, ge=0, le=MAX_DOCS_LIMIT, description="Defaults to context_gate.max_docs.")
+
+    @model_validator(mode="after")
+    def _unique_ids(self) -> "ContextGateRequest":
+        ids = [a.id for a in self.artifacts]
+        dup = sorted({i for i in ids if ids.count(i) > 1}) if len(ids) != len(set(ids)) else []
+        if dup:
+            raise ValueError(f"artifacts: ids must be unique, repeated: {dup}")
+        return self
+
+
+class ArtifactOut(BaseModel):
+    id: str
+    kind: str
+    content: str
+    authority: float
+    priority: float
+
+
+class ExclusionOut(BaseModel):
+    id: str
+    kind: str
+    reason: Literal["out_of_scope", "budget", "doc_cap", "empty"]
+    detail: str
+
+
+class ContextGateResponse(BaseModel):
+    admitted: list[ArtifactOut]
+    excluded: list[ExclusionOut]
+    context: str
+    tokens_used: int
+    budget_tokens: int
+    relevance: dict[str, float]
+    latency_ms: float
+
+
+class ChunkIn(Strict):
+    text: Text
+    score: Finite | None = None
+    title: Text = ""
+    id: Union[Text, int, None] = None
+
+
+class SafetyThresholdsIn(Strict):
+    """Per-request overrides of the SafetyGate thresholds (omitted keys keep their defaults)."""
+
+    min_retrieval_confidence: float | None = Field(None, ge=0, le=1)
+    min_context_chars: int | None = Field(None, ge=0, le=10_000_000)
+    reject_insufficient: bool | None = None
+    min_relevance: float | None = Field(None, ge=0, le=1)
+    model_weight: float | None = Field(None, ge=0, le=1)
+    min_citation_coverage: float | None = Field(None, ge=0, le=1)
+    min_grounding: float | None = Field(None, ge=0, le=1)
+    support_overlap: float | None = Field(None, ge=0, le=1)
+
+
+class SafetyRequest(Strict):
+    query: NonBlank
+    chunks: list[Union[Text, ChunkIn]] = Field(default_factory=list)
+    answer: Text | None = Field(None, description="The drafted answer; citations [n] refer to chunks[n-1].")
+    thresholds: SafetyThresholdsIn | None = None
+
+
+class SafetyResponse(BaseModel):
+    should_reject: bool
+    rejection_reason: str | None
+    confidence: float
+    passed_checks: list[str]
+    failed_checks: list[str]
+    explanation: str
+    diagnostics: dict[str, Any]
+    latency_ms: float
+
+
+class GateMessage(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    role: NonBlank
+    content: Text
+
+
+class RetrievalGateRequest(Strict):
+    messages: list[GateMessage] = Field(min_length=1)
+
+
+class RetrievalGateResponse(BaseModel):
+    decision: Literal["RETRIEVE", "SKIP"]
+    score: float | None = Field(description="P(SKIP); null when the model did not run (first turn, error).")
+    latency_ms: float
+    reason: str
+
+
+class ContentPart(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: str
+    text: Text | None = None
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    role: NonBlank
+    content: Union[Text, list[ContentPart], None] = None
+
+
+class DocumentIn(Strict):
+    id: Union[Text, int, None] = None
+    title: Text = ""
+    text: Text
+    score: Finite | None = None
+
+
+class ChatRequest(BaseModel):
+    """A standard OpenAI chat request; unknown fields are forwarded to the upstream untouched.
+
+    ``documents`` (extension): the retrieved documents; when absent, the configured retriever
+    (if any) is asked with the last user message.
+    """
+
+    model_config = ConfigDict(extra="allow")
+    model: str | None = None
+    messages: list[ChatMessage] = Field(min_length=1)
+    stream: bool = False
+    documents: list[Union[Text, DocumentIn]] | None = None
+
+
+class SufficiencyMeta(BaseModel):
+    score: float | None
+    level: Literal[LEVELS] | None
+    factors: list[Factor]
+    missing_aspects: list[str] = Field(default_factory=list)
+    action: Literal["forwarded", "forwarded_with_caveat", "declined", "unscored"]
+    documents: dict[str, Any] = Field(default_factory=dict, description="admitted ids and excluded {id, reason}")
+
+
+class ChatCompletionOut(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    id: str
+    object: str
+    created: int
+    model: str
+    choices: list[dict[str, Any]]
+    sufficiency: SufficiencyMeta
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    code: str
+    param: str | None = None
+
+
+class ErrorOut(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    error: ErrorDetail
+
+
+ERRORS = {413: {"model": ErrorOut, "description": "Body, passages or characters over the limit"},
+          415: {"model": ErrorOut, "description": "Content-Type is not application/json"},
+          422: {"model": ErrorOut, "description": "Invalid JSON or schema; names the field"},
+          503: {"model": ErrorOut, "description": "Model queue full; retry after Retry-After seconds"}}
+
+
+
+def text_chars(items: Sequence[Any]) -> int:
+    """Characters of text in passages, documents, artifacts or chunks (strings or models)."""
+    n = 0
+    for p in items:
+        if isinstance(p, str):
+            n += len(p)
+        else:
+            n += len(getattr(p, "title", "") or "") + len(getattr(p, "text", "") or getattr(p, "content", "") or "")
+    return n
+
+
+def message_text(m: ChatMessage) -> str:
+    """The text of a chat message (its string content, or its text parts joined by newlines)."""
+    if isinstance(m.content, str):
+        return m.content
+    if isinstance(m.content, list):
+        return "\n".join(p.text for p in m.content if p.type == "text" and p.text)
+    return ""
