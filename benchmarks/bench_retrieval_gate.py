@@ -91,7 +91,7 @@ def latency_128(gate, rows, n: int = 200) -> dict[str, float]:
     """p50/p95/p99 of ``decide`` on test threads packed into a 128-token window (follow-ups only),
     the mean packed length, and p50 on the threads whose packed input fills the window (>= 120
     tokens): the "128-token input" of the goal (threads shorter than the window run faster)."""
-    from suffice.serving.retrieval_gate import RetrievalGate  # noqa: F401  (same code path as services)
+    from suffice.serving.gates.retrieval import RetrievalGate  # noqa: F401  (same code path as services)
 
     threads = [thread_of(r) for r in rows][:n]
     for t in threads[:5]:
@@ -116,7 +116,7 @@ def run(bundle: str | Path, config: str = str(REPO / "configs" / "retrieval-gate
     The headline precision is int8; a bundle without an int8 model (its int8 failed the parity
     check at export) is measured in fp32 and says so (``headline_precision``)."""
     from suffice.serving.bundle import read_manifest
-    from suffice.serving.retrieval_gate import RetrievalGate, RetrievalGateConfig
+    from suffice.serving.gates.retrieval import RetrievalGate, RetrievalGateConfig
     from suffice.training.evaluation.baselines import TfidfLogisticBaseline
     from suffice.training.evaluation.metrics import auroc
 

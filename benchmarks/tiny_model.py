@@ -27,7 +27,7 @@ def _tiny_model_dir(out: Path, task: str, max_length: int, config_overrides: lis
     import torch
     from transformers import BertConfig, BertForSequenceClassification
 
-    from suffice.training.config import dump_yaml
+    from suffice.serving.config import dump_yaml
     from suffice.training.paths import resolve_base_model
     from suffice.training.fit.config import build_train_config
 

@@ -68,7 +68,7 @@ def mlflow_store(root: Path, monkeypatch=None) -> Iterator[str]:
 
 def register_and_promote(bundle: Path, tmp_path: Path, alias: str = "production") -> tuple[str, str]:
     """Copy ``bundle`` under tmp_path, register it in the test's MLflow store and point ``alias`` at it."""
-    from suffice.training import registry
+    from suffice.training.export import registry
 
     local = tmp_path / "registered-bundle"
     shutil.copytree(bundle, local)

@@ -23,19 +23,6 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE_DIRS = {"suffice.serving": ROOT / "serving", "suffice.training": ROOT / "training"}
 
-# Findings in files owned by other helpers of the same restructure (issue 18), fixed by the lead
-# after merging. Each entry: (kind, finding) -> owner. Kept exact so a new finding still fails.
-_TB = "helper T-b (training/synth.py, synth_generation.py -> training/synth/; autorater helpers to be made public)"
-KNOWN_ELSEWHERE: dict[tuple[str, str], str] = {
-    ("private", "suffice.training.synth:851 imports _setup_logging from suffice.training.autorater.cli"): _TB,
-    ("private", "suffice.training.synth:878 imports _setup_logging from suffice.training.autorater.cli"): _TB,
-    ("private", "suffice.training.synth_generation:36 imports _as_label from suffice.training.autorater.parsing"): _TB,
-    ("private", "suffice.training.synth_generation:36 imports _as_level from suffice.training.autorater.parsing"): _TB,
-    ("private", "suffice.training.synth_generation:36 imports _balanced_objects from suffice.training.autorater.parsing"): _TB,
-    ("private", "suffice.training.synth_generation:36 imports _lenient_json from suffice.training.autorater.parsing"): _TB,
-    ("private", "suffice.training.synth_generation:40 imports _now from suffice.training.autorater.store"): _TB,
-    ("private", "suffice.training.synth_generation:458 imports _GiveUp from suffice.training.autorater.raters"): _TB,
-}
 
 
 def _modules() -> dict[str, Path]:
@@ -158,24 +145,14 @@ def import_cycles() -> list[list[str]]:
     return cycles
 
 
-def _split_known(kind: str, findings: list[str]) -> tuple[list[str], list[str]]:
-    known = [f for f in findings if (kind, f) in KNOWN_ELSEWHERE]
-    return [f for f in findings if (kind, f) not in KNOWN_ELSEWHERE], known
-
-
 def test_no_module_imports_a_private_name_of_another():
-    new, known = _split_known("private", private_imports())
-    assert not new, "private names imported across modules (make them public or move them):\n" + "\n".join(new)
-    if known:
-        pytest.xfail("owned by other helpers: " + "; ".join(f"{f} ({KNOWN_ELSEWHERE[('private', f)]})" for f in known))
+    found = private_imports()
+    assert not found, "private names imported across modules (make them public or move them):\n" + "\n".join(found)
 
 
 def test_no_import_cycles_even_inside_functions():
-    rendered = [" -> ".join(c) for c in import_cycles()]
-    new, known = _split_known("cycle", rendered)
-    assert not new, "import cycles among suffice modules (imports inside functions count):\n" + "\n".join(new)
-    if known:
-        pytest.xfail("owned by other helpers: " + "; ".join(f"{f} ({KNOWN_ELSEWHERE[('cycle', f)]})" for f in known))
+    cycles = [" -> ".join(c) for c in import_cycles()]
+    assert not cycles, "import cycles among suffice modules (imports inside functions count):\n" + "\n".join(cycles)
 
 
 def test_the_checks_see_what_they_check():

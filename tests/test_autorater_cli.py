@@ -237,7 +237,7 @@ def test_labeling_yaml_documents_every_field():
     import yaml
 
     from suffice.training.autorater.labeling_config import DEFAULT_CONFIG, LabelingConfig
-    from suffice.training.config import build_config
+    from suffice.serving.config import build_config
 
     keys = set(yaml.safe_load(DEFAULT_CONFIG.read_text()))
     assert keys == {f.name for f in dataclasses.fields(LabelingConfig)}
@@ -254,7 +254,7 @@ def test_labeling_yaml_documents_every_field():
 ])
 def test_config_checks(overrides, message):
     from suffice.training.autorater.labeling_config import LabelingConfig
-    from suffice.training.config import ConfigError, build_config
+    from suffice.serving.config import ConfigError, build_config
 
     with pytest.raises(ConfigError, match=message):
         build_config(LabelingConfig, None, overrides)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from suffice.training.config import ConfigError, build_config
+from suffice.serving.config import ConfigError, build_config
 from suffice.training.data.cli import main as data_main
 from suffice.training.data.builder import COLUMNS, DataConfig, build, cohen_kappa, load_prepared, prepare
 from suffice.training.data.loaders import sha256_file

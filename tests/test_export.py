@@ -149,8 +149,8 @@ def test_validation_data_reads_items_and_gate_threads(tmp_path):
                                                                        {"title": "assistant", "text": "Basic $5."}]}
     assert got[1]["question"] == "Q?" and len(load_validation_jsonl(f, "validation")) == 1  # the train item is left out
     f.write_text(json.dumps({**thread, "label": "MAYBE"}) + "\n")
-    with pytest.raises(ExportError, match="line 1: a thread's label must be RETRIEVE or SKIP"):
+    with pytest.raises(ExportError, match="line 1, field 'label': unknown label 'MAYBE'"):
         load_validation_jsonl(f, None)
     f.write_text(json.dumps({**thread, "messages": thread["messages"][:2]}) + "\n")
-    with pytest.raises(ExportError, match="ending with the user's turn"):
+    with pytest.raises(ExportError, match="last message must be the user's new turn"):
         load_validation_jsonl(f, None)

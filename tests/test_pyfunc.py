@@ -233,7 +233,7 @@ def test_retrieval_gate_bundles_register_as_plain_folders(bundle, registered, tm
     from dataclasses import replace
 
     from suffice.serving.bundle import read_manifest, write_manifest
-    from suffice.training import registry
+    from suffice.training.export import registry
 
     gate = tmp_path / "gate"
     shutil.copytree(bundle, gate)

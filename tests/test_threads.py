@@ -28,8 +28,8 @@ def _gate_file(tmp_path: Path) -> Path:
 
 
 def _training_splits(path: Path, seed: int):
-    from suffice.training.train import load_splits
-    from suffice.training.train_config import build_train_config
+    from suffice.training.fit.splits import load_splits
+    from suffice.training.fit.config import build_train_config
 
     cfg = build_train_config(REPO / "configs" / "retrieval-gate.yaml", [f"--gate.path={path}", f"--seed={seed}"])
     return cfg, load_splits(cfg)
@@ -45,11 +45,8 @@ def test_gate_rows_and_split_equal_what_training_reads(tmp_path, seed):
 
 
 def test_gate_rows_equal_the_training_reader_on_shared_data(shared_data_dir):
-    train = pytest.importorskip("suffice.training.train")
     path = shared_data_dir / "retrieval-gate" / "train.jsonl"
     rows = gate_training_rows(path)
-    if hasattr(train, "gate_rows") and train.gate_rows is not gate_training_rows:  # the reader training used before this package owned it
-        assert rows == train.gate_rows(path)
     cfg, splits = _training_splits(path, 0)
     ours = split_gate_rows(rows, cfg.seed, cfg.gate.test_fraction, cfg.gate.validation_fraction)
     assert [len(ours[n]) for n in ("train", "validation", "test")] == [len(splits[n]) for n in ("train", "validation", "test")]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from suffice.training.config import ConfigError
+from suffice.serving.config import ConfigError
 from suffice.training.fit.encode import LengthGroupedSampler, class_weights
 from suffice.training.train import main
 from suffice.training.fit.config import TrainConfig, build_train_config

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from suffice.training.fit import loop as train_mod
-from suffice.training.config import ConfigError
+from suffice.serving.config import ConfigError
 from suffice.training.fit.run import run
 from suffice.training.fit.config import build_train_config
 

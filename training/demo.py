@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     t0 = time.perf_counter()
     if not args.skip_data:
-        from suffice.training import data_cli
+        from suffice.training.data import cli as data_cli
 
         print("== 1/2  data: prepare and describe the shared data ==", flush=True)
         rc = data_cli.main(["prepare", "--config", args.data_config])

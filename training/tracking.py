@@ -20,7 +20,7 @@ import subprocess
 from pathlib import Path
 from typing import Any, Mapping
 
-from suffice.training.config import config_to_dict, flatten
+from suffice.serving.config import config_to_dict, flatten
 from suffice.training.paths import REPO_ROOT, default_artifact_location, default_tracking_uri
 
 MAX_PARAM_CHARS = 6000  # MLflow's limit on a param value

@@ -16,13 +16,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from suffice.training.config import ConfigError, dump_yaml
+from suffice.serving.config import ConfigError, dump_yaml
 from suffice.training.fit.config import TrainConfig, build_train_config
 from suffice.training.fit.encode import (EVAL_COLUMNS, THREE_LEVEL_INDEX, LengthGroupedSampler, class_weights, encode_split,
                                          eval_dataloader, get_dataloaders, make_collate, packing_stats, scheme_labels)
 from suffice.training.fit.loop import Checkpoints, TrainState, predict, train, validation_metrics
 from suffice.training.fit.run import run
-from suffice.training.fit.splits import Splits, answer_lookup, gate_rows, items_to_rows, load_splits
+from suffice.training.data.threads import gate_training_rows as gate_rows
+from suffice.training.fit.splits import Splits, answer_lookup, items_to_rows, load_splits
 
 __all__ = [
     "EVAL_COLUMNS", "THREE_LEVEL_INDEX", "Checkpoints", "LengthGroupedSampler", "Splits", "TrainConfig", "TrainState",

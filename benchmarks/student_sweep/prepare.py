@@ -30,11 +30,11 @@ from collections import defaultdict
 from pathlib import Path
 
 from suffice.serving.packing import split_sentences
-from suffice.training.baselines import load_gold_answers
-from suffice.training.datasets_builder import DataConfig, prepare
-from suffice.training.loaders import load_items
+from suffice.training.evaluation.baselines import load_gold_answers
+from suffice.training.data.builder import DataConfig, prepare
+from suffice.training.data.loaders import load_items
 from suffice.training.paths import data_dir
-from suffice.training.train import items_to_rows
+from suffice.training.fit.splits import items_to_rows
 
 
 def _norm(s: str) -> str:

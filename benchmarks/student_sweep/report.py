@@ -18,8 +18,8 @@ from collections import defaultdict
 
 import numpy as np
 
-from suffice.training.calibration import fit_temperature, softmax
-from suffice.training.metrics import auroc, expected_calibration_error
+from suffice.training.fit.calibration import fit_temperature, softmax
+from suffice.training.evaluation.metrics import auroc, expected_calibration_error
 
 VAL_SOURCES = ("squad2", "qed", "hotpotqa-fullwiki", "wiki-synthetic")
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from suffice.training.autorater.labeling_config import DEFAULT_CONFIG, RATERS, LabelingConfig
-from suffice.training.config import ConfigError, build_config
+from suffice.serving.config import ConfigError, build_config
 from suffice.serving.bundle import LEVELS
 from suffice.training.data.schema import DataFormatError
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from suffice.training.config import ConfigError
+from suffice.serving.config import ConfigError
 from suffice.training.paths import REPO_ROOT, prepared_dir
 
 RATERS = ("openai-compatible", "cached", "lexical")

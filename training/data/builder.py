@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from suffice.training.config import ConfigError, config_to_dict
+from suffice.serving.config import ConfigError, config_to_dict
 from suffice.training.data.labels import agreement_by_source, apply_labels, cohen_kappa  # noqa: F401  (cohen_kappa: re-exported)
 from suffice.training.data.loaders import (LoadReport, gold_label, hash_split, load_items,
                                            read_autorater_labels, sha256_file)

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from suffice.training.config import ConfigError, build_config
+from suffice.serving.config import ConfigError, build_config
 from suffice.training.paths import REPO_ROOT
 from suffice.training.data.schema import SPLITS, DataFormatError
 

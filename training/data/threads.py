@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
 
-from suffice.serving.retrieval_gate import turns_as_passages
+from suffice.serving.gates.retrieval import turns_as_passages
 from suffice.training.data.records import Record, iter_strict_records
 from suffice.training.data.splits import check_fractions, hash_split
 

@@ -350,10 +350,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     # unknown --key=value arguments are overrides of the training config, as for `suffice train`
     args, overrides = build_parser().parse_known_args(argv)
-    from suffice.training.config import ConfigError
+    from suffice.serving.config import ConfigError
     from suffice.training.data.builder import prepare
-    from suffice.training.train import answer_lookup
-    from suffice.training.train_config import build_train_config
+    from suffice.training.fit.splits import answer_lookup
+    from suffice.training.fit.config import build_train_config
 
     try:
         wcfg = WeakConfig(rules=[r.strip() for r in args.rules.split(",") if r.strip()], per_parent=args.per_parent,

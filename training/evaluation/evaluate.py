@@ -48,7 +48,7 @@ def resolve_model(model: str) -> Path:
     holding ``suffice_model.json``) is decided by :func:`model_info` from its files.
     """
     from suffice.serving.model_uri import is_registry_uri
-    from suffice.training.registry import download, find_dir, resolve_bundle, resolve_model_dir
+    from suffice.training.export.registry import download, find_dir, resolve_bundle, resolve_model_dir
 
     if not is_registry_uri(model):
         p = Path(model)
@@ -217,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"suffice evaluate: unrecognised argument(s) {bad}: options are listed by --help; data overrides look like --key=value",
               file=sys.stderr)
         return 2
-    from suffice.training.config import ConfigError
+    from suffice.serving.config import ConfigError
 
     baselines = None if args.baselines is None else [b for b in args.baselines.split(",") if b]
     try:

@@ -19,7 +19,7 @@ from typing import Sequence
 import numpy as np
 
 from suffice.serving.jsonl import iter_jsonl
-from suffice.serving.selective import SelectiveAnswerer, selective_curve
+from suffice.serving.gates.selective import SelectiveAnswerer, selective_curve
 
 
 def read_rows(path: str | Path) -> list[dict]:

@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from suffice.serving.jsonl import JSONLError, iter_jsonl
+from suffice.training.data.schema import DataFormatError
+from suffice.training.data.threads import thread_item
 from suffice.training.export.errors import ExportError
 
 # Probe pairs used for parity when no validation data is given (export still checks something real).
@@ -49,26 +51,13 @@ def load_validation_jsonl(path: str | os.PathLike, split: str | None = "validati
             if split and d.get("split") not in (None, split):
                 continue
             if "messages" in d and "question" not in d:
-                d = thread_item(d, p, n)
+                try:
+                    d = thread_item(d, p, n)
+                except DataFormatError as e:
+                    raise ExportError(str(e)) from e
             items.append(d)
     except JSONLError as e:
         raise ExportError(str(e)) from e
     if not items:
         raise ExportError(f"{p} holds no items" + (f" of split {split!r}" if split else ""))
     return items
-
-
-def thread_item(d: dict[str, Any], path: Path, line: int) -> dict[str, Any]:
-    msgs = d["messages"]
-    ok = isinstance(msgs, list) and msgs and all(isinstance(m, dict) and isinstance(m.get("content"), str) for m in msgs)
-    if not ok or msgs[-1].get("role") != "user":
-        raise ExportError(f"{path}, line {line}: a thread's messages must be {{role, content}} objects ending with the user's turn")
-    label = d.get("label")
-    if label not in (None, "RETRIEVE", "SKIP"):
-        raise ExportError(f"{path}, line {line}: a thread's label must be RETRIEVE or SKIP, got {label!r}")
-    from suffice.serving.retrieval_gate import turns_as_passages
-
-    item: dict[str, Any] = {"question": msgs[-1]["content"], "passages": turns_as_passages(msgs[:-1])}
-    if label is not None:
-        item["label"] = int(label == "SKIP")
-    return item

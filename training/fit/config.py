@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
-from suffice.training.config import ConfigError, build_config, config_from_dict
+from suffice.serving.config import ConfigError, build_config, config_from_dict
 
 TASKS = ("sufficiency", "retrieval_gate")
 ID2LABEL = {
@@ -361,7 +361,7 @@ class TrainConfig:
         DataConfig(...)
         """
         try:
-            from suffice.training.datasets_builder import DataConfig
+            from suffice.training.data.builder import DataConfig
         except ModuleNotFoundError as e:
             raise ConfigError(
                 f"the data: section needs suffice.training.datasets_builder ({e}); give --train_file=PATH "

@@ -15,7 +15,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from suffice.training.config import ConfigError
+from suffice.serving.config import ConfigError
 from suffice.training.fit.auxiliary import AuxiliaryLoss, extra_columns
 from suffice.training.fit.config import TrainConfig
 from suffice.training.fit.splits import Splits

@@ -17,7 +17,7 @@ import numpy as np
 
 from suffice.serving.jsonl import json_safe
 from suffice.serving.runtime import softmax
-from suffice.training.config import dump_yaml
+from suffice.serving.config import dump_yaml
 from suffice.training.evaluation import report as ev
 from suffice.training.fit.config import TrainConfig
 from suffice.training.fit.loop import TrainState, predict

@@ -25,7 +25,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from suffice.training.config import ConfigError, dump_yaml
+from suffice.serving.config import ConfigError, dump_yaml
 from suffice.training.fit.auxiliary import AuxiliaryLoss
 from suffice.training.fit.config import TrainConfig
 from suffice.training.fit.encode import get_dataloaders, class_weights, packing_stats
@@ -279,7 +279,7 @@ def describe(cfg: TrainConfig, accelerator, run_name: str, out_dir: Path, encode
 def start_tracking(cfg: TrainConfig, accelerator, tracker, state: TrainState, splits: Splits, derived: dict[str, Any],
                    resumed: bool, commit: str | None, total_steps: int, n_trainable: int) -> None:
     """Open (or, resumed, reopen) the MLflow run; a fresh run logs params, data stats and the resolved config."""
-    from suffice.training.config import config_to_dict, flatten
+    from suffice.serving.config import config_to_dict, flatten
     from suffice.training.tracking import config_params
 
     state.mlflow_run_id = tracker.start(state.run_name, run_id=state.mlflow_run_id, tags={

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from suffice.training.config import ConfigError
+from suffice.serving.config import ConfigError
 from suffice.training.fit.config import TrainConfig
 
 
@@ -37,7 +37,7 @@ class Splits:
 def items_to_rows(items: Sequence[Any]) -> list[dict[str, Any]]:
     """Canonical :class:`~suffice.training.schema.Item` objects -> rows with the prepared-data columns
     (plus ``answers``: the gold answer strings, which the answer-in-context baseline reads)."""
-    from suffice.training.loaders import gold_label
+    from suffice.training.data.loaders import gold_label
 
     rows = []
     for it in items:
@@ -66,7 +66,7 @@ def load_jsonl_splits(cfg: TrainConfig) -> Splits:
     """Splits from canonical JSONL: ``train_file`` / ``validation_file`` / ``test_file``, or one file whose rows carry their split."""
     from datasets import Dataset
 
-    from suffice.training.loaders import load_items
+    from suffice.training.data.loaders import load_items
 
     files = {"train": cfg.train_file, "validation": cfg.validation_file, "test": cfg.test_file}
     by_split: dict[str, list[dict[str, Any]]] = {}
@@ -95,41 +95,6 @@ def load_jsonl_splits(cfg: TrainConfig) -> Splits:
     )
 
 
-def gate_rows(path: str | Path) -> list[dict[str, Any]]:
-    """Retrieval-gate threads -> rows: question = latest user message, passages = earlier turns
-    (title = role), label 1 = SKIP, 0 = RETRIEVE; threads opening with the same message share a group."""
-    from suffice.serving.jsonl import JSONLError, iter_jsonl
-    from suffice.serving.retrieval_gate import turns_as_passages
-
-    rows = []
-    try:
-        for n, d in iter_jsonl(path, "a gate thread {id, messages, label}"):
-            try:
-                msgs, label = d["messages"], d["label"]
-            except (KeyError, TypeError) as e:
-                raise ConfigError(f"{path}, line {n}: not a gate thread ({e}); expected {{id, messages, label}}") from e
-            if label not in ("RETRIEVE", "SKIP") or not msgs or msgs[-1].get("role") != "user":
-                raise ConfigError(f"{path}, line {n}: label must be RETRIEVE or SKIP and the last message the user's, got {label!r}")
-            first = msgs[0]["content"]
-            rows.append({
-                "id": str(d["id"]), "question": msgs[-1]["content"],
-                "passages": turns_as_passages(msgs[:-1]),
-                "label": 1 if label == "SKIP" else 0, "level": "", "label_source": "gate-dataset",
-                "source": "retrieval-gate", "group": hashlib.sha1(first.encode()).hexdigest()[:12],
-                "gold_label": 1 if label == "SKIP" else 0, "variant": "", "parent_id": "", "kind": str(d.get("category") or ""),
-                "answers": [],
-            })
-    except JSONLError as e:
-        raise ConfigError(f"{e}; expected {{id, messages, label}}") from e
-    return rows
-
-
-def gate_split_of(group: str, cfg: TrainConfig) -> str:
-    """``train`` / ``validation`` / ``test`` for a thread group: a stable hash of (seed, group)."""
-    u = int(hashlib.sha256(f"{cfg.seed}:{group}".encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
-    return "test" if u < cfg.gate.test_fraction else "validation" if u < cfg.gate.test_fraction + cfg.gate.validation_fraction else "train"
-
-
 def load_gate_splits(cfg: TrainConfig) -> Splits:
     """Retrieval-gate splits from ``gate.path`` (default ``data/retrieval-gate/train.jsonl``)."""
     from datasets import Dataset
@@ -139,9 +104,14 @@ def load_gate_splits(cfg: TrainConfig) -> Splits:
     path = Path(cfg.gate.path) if cfg.gate.path else data_dir() / "retrieval-gate" / "train.jsonl"
     if not path.is_file():
         raise ConfigError(f"retrieval-gate data {path} does not exist: set gate.path to the threads JSONL")
-    out: dict[str, list] = {"train": [], "validation": [], "test": []}
-    for r in gate_rows(path):
-        out[gate_split_of(r["group"], cfg)].append(r)
+    from suffice.training.data.schema import DataFormatError
+    from suffice.training.data.threads import gate_training_rows, split_gate_rows
+
+    try:
+        rows = gate_training_rows(path)
+    except DataFormatError as e:
+        raise ConfigError(f"{e}; fix the thread or set gate.path to another threads JSONL") from e
+    out = split_gate_rows(rows, cfg.seed, cfg.gate.test_fraction, cfg.gate.validation_fraction)
     return Splits(
         train=Dataset.from_list(out["train"]), validation=Dataset.from_list(out["validation"]), test=Dataset.from_list(out["test"]),
         data_hash=file_hash([path]) + f"-s{cfg.seed}", label_source="gate-dataset", manifest={"files": [str(path)]},
@@ -150,7 +120,7 @@ def load_gate_splits(cfg: TrainConfig) -> Splits:
 
 def load_prepared_splits(cfg: TrainConfig, is_main: bool = True) -> Splits:
     """Splits of the prepared DatasetDict for ``cfg.data`` (built by the main process, read by the others)."""
-    from suffice.training.datasets_builder import load_prepared, prepare
+    from suffice.training.data.builder import load_prepared, prepare
 
     data_cfg = cfg.data_config()
     # the main process builds and saves; the others (after it, under main_process_first) read that copy

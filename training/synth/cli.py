@@ -42,7 +42,7 @@ from suffice.training.autorater.cli import setup_logging
 from suffice.training.autorater.labeling_config import DEFAULT_CONFIG, RATERS, LabelingConfig
 from suffice.training.autorater.prompts import get_prompt
 from suffice.training.autorater.raters import RaterConfigError
-from suffice.training.config import ConfigError, build_config, config_from_dict, parse_overrides
+from suffice.serving.config import ConfigError, build_config, config_from_dict, parse_overrides
 from suffice.training.data.schema import SPLITS, DataFormatError
 from suffice.training.synth.candidates import build_candidates, synthetic_row, write_jsonl  # noqa: F401
 from suffice.training.synth.config import JUDGES, MAX_PER_PASSAGE, SynthConfig  # noqa: F401

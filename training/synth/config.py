@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from suffice.training.config import ConfigError
+from suffice.serving.config import ConfigError
 from suffice.training.data.formats import FORMATS
 from suffice.training.data.schema import SPLITS
 from suffice.training.synth.prompt import MODES, MULTI_KINDS, SINGLE_KINDS

@@ -142,7 +142,7 @@ def log_to_mlflow(report: SynthReport, *, synth: SynthConfig, cfg: LabelingConfi
     from mlflow.entities import Metric, Param, RunStatus
     from mlflow.tracking import MlflowClient
 
-    from suffice.training.config import config_to_dict
+    from suffice.serving.config import config_to_dict
     from suffice.training.tracking import config_params, git_commit, setup
 
     exp_id = setup(experiment=synth.experiment)
