@@ -2,7 +2,7 @@
 
 Both models are built with the project's own ``build_model`` / ``optimizer_groups`` from the
 same training config, fed the same packed training rows in the same length-grouped batches
-(``LengthGroupedSampler`` + ``make_collate``, as ``suffice.training.train`` does), and timed in
+(``LengthGroupedSampler`` + ``make_collate``, as ``suffice.training.fit`` does), and timed in
 alternating rounds (LoRA, full, LoRA, full...) so drift on a shared machine hits both alike.
 A step is forward + class-weighted cross-entropy + backward + gradient clipping + AdamW step.
 

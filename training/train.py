@@ -5,7 +5,7 @@
     suffice train --config configs/sufficiency.yaml --output_dir=models/x --resume   # continue a killed run
 
 The training itself lives in :mod:`suffice.training.fit` (:func:`suffice.training.fit.run.run`
-is the outline of a run). The names re-exported below keep old imports working for one release.
+is the outline of a run).
 
 >>> main(["--config", "configs/sufficiency.yaml", "--max_train_items=300", "--num_train_epochs=1"])  # doctest: +SKIP
 0
@@ -17,20 +17,8 @@ import argparse
 import sys
 
 from suffice.serving.config import ConfigError, dump_yaml
-from suffice.training.fit.config import TrainConfig, build_train_config
-from suffice.training.fit.encode import (EVAL_COLUMNS, THREE_LEVEL_INDEX, LengthGroupedSampler, class_weights, encode_split,
-                                         eval_dataloader, get_dataloaders, make_collate, packing_stats, scheme_labels)
-from suffice.training.fit.loop import Checkpoints, TrainState, predict, train, validation_metrics
+from suffice.training.fit.config import build_train_config
 from suffice.training.fit.run import run
-from suffice.training.data.threads import gate_training_rows as gate_rows
-from suffice.training.fit.splits import Splits, answer_lookup, items_to_rows, load_splits
-
-__all__ = [
-    "EVAL_COLUMNS", "THREE_LEVEL_INDEX", "Checkpoints", "LengthGroupedSampler", "Splits", "TrainConfig", "TrainState",
-    "answer_lookup", "build_parser", "build_train_config", "class_weights", "encode_split", "eval_dataloader", "gate_rows",
-    "get_dataloaders", "items_to_rows", "load_splits", "main", "make_collate", "packing_stats", "predict", "run",
-    "scheme_labels", "train", "validation_metrics",
-]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -10,7 +10,7 @@ machines without one, the shipped teacher labels (rater ``llm-autorater-v1``) ar
         print(label_items(items, build_rater(cfg), store, concurrency=cfg.concurrency).format())
 
 Modules: ``labeling_config`` (:class:`LabelingConfig`, built by the generic engine in
-``suffice.training.config``), ``prompts`` (the 1-shot step-by-step prompt and its version hash),
+``suffice.serving.config``), ``prompts`` (the 1-shot step-by-step prompt and its version hash),
 ``parsing`` (verdicts out of free text), ``raters`` (the Rater interface and its three implementations),
 ``store`` (the SQLite LabelStore; ``StoredReply``, the record base shared with synth's generation cache),
 ``runner`` (batch labelling, accounting, and the resumable worker loop synth's generation uses too),

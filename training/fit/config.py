@@ -3,7 +3,7 @@
 ``TrainConfig`` holds the model (base encoder, LoRA or full fine-tuning, window and long-context
 strategy), the optimisation (batch, learning rates, warm-up, epochs, class weights, early
 stopping), calibration (temperature scaling, thresholds), tracking (MLflow) and where the data
-comes from: the ``data:`` section is a :class:`suffice.training.datasets_builder.DataConfig`
+comes from: the ``data:`` section is a :class:`suffice.training.data.builder.DataConfig`
 (checked when the config is built), or ``train_file`` / ``validation_file`` / ``test_file``
 point at canonical JSONL, or (task ``retrieval_gate``) the ``gate:`` section names the chat file.
 
@@ -158,7 +158,7 @@ class TrainConfig:
     long_context_strategy: how context beyond the window is handled (serving.packing):
         ``select`` (question-aware sentence selection), ``select_lines`` (the same with line breaks
         ending units: tables, lists, chat replies), ``truncate``, ``recent`` (latest passages).
-    data: the DataConfig section (see suffice.training.datasets_builder.DataConfig).
+    data: the DataConfig section (see suffice.training.data.builder.DataConfig).
     train_file / validation_file / test_file: canonical JSONL instead of ``data`` (fixtures, smoke runs).
     gate: retrieval-gate data (task ``retrieval_gate`` only).
     max_train_items / max_eval_items: a seeded random sample of N items per split (0 = all).
@@ -364,7 +364,7 @@ class TrainConfig:
             from suffice.training.data.builder import DataConfig
         except ModuleNotFoundError as e:
             raise ConfigError(
-                f"the data: section needs suffice.training.datasets_builder ({e}); give --train_file=PATH "
+                f"the data: section needs suffice.training.data.builder ({e}); give --train_file=PATH "
                 "(canonical JSONL) instead"
             ) from e
         try:

@@ -35,7 +35,7 @@ class Splits:
 
 
 def items_to_rows(items: Sequence[Any]) -> list[dict[str, Any]]:
-    """Canonical :class:`~suffice.training.schema.Item` objects -> rows with the prepared-data columns
+    """Canonical :class:`~suffice.training.data.schema.Item` objects -> rows with the prepared-data columns
     (plus ``answers``: the gold answer strings, which the answer-in-context baseline reads)."""
     from suffice.training.data.loaders import gold_label
 

@@ -1,6 +1,6 @@
 """What ``suffice synth`` writes, about which passages, and where it goes: :class:`SynthConfig`.
 
-(``suffice.training.config`` is the generic YAML / ``--key=value`` engine that builds it; the LLM
+(``suffice.serving.config`` is the generic YAML / ``--key=value`` engine that builds it; the LLM
 connection is the autorater's :class:`~suffice.training.autorater.labeling_config.LabelingConfig`.)
 
 >>> SynthConfig(corpus="passages.txt", per_passage=4).resolved_kinds()[:2]
