@@ -20,6 +20,7 @@ from test_autorater_http import KEY_ENV, SECRET, expected_label, judge, make_ite
 from suffice.training.autorater.agreement import cohen_kappa, compare
 from suffice.training.autorater.cli import main
 from suffice.training.data.loaders import gold_label, load_items, read_autorater_labels
+from store_support import store_rows
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE_ITEMS = REPO / "tests" / "fixtures" / "shared" / "items.jsonl"
@@ -32,15 +33,6 @@ def write_items(path: Path, items) -> Path:
             f.write(json.dumps({"id": it.id, "source": it.source, "question": it.question,
                                 "passages": [p.to_dict() for p in it.passages]}) + "\n")
     return path
-
-
-def store_rows(path: Path) -> list[sqlite3.Row]:
-    conn = sqlite3.connect(path)
-    conn.row_factory = sqlite3.Row
-    try:
-        return list(conn.execute("SELECT * FROM labels"))
-    finally:
-        conn.close()
 
 
 def test_cached_rater_labels_items_and_import_is_idempotent(tmp_path, capsys):

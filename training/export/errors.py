@@ -12,7 +12,8 @@ class ExportError(RuntimeError):
 class ParityError(ExportError):
     """An exported model disagrees with its reference beyond the tolerance.
 
-    check: ``fp32_vs_torch``, ``int8_agreement``, ``int8_f1`` or ``bundle_roundtrip``;
+    check: ``fp32_vs_torch``, ``int8_confident_agreement``, ``int8_score_shift``, ``int8_macro_f1``,
+    ``int8_auroc``, ``int8_agreement`` (models with more than two labels) or ``bundle_roundtrip``;
     largest_difference: the largest |logit difference| (or the shortfall for agreement/F1).
     """
 
@@ -23,11 +24,24 @@ class ParityError(ExportError):
 
 @dataclass(frozen=True)
 class ParityConfig:
-    """Export checks. parity_items: items for the fp32-vs-torch check; atol: its tolerance;
-    min_agreement: int8-vs-fp32 decision agreement; max_f1_drop: allowed F1 drop (0.005 = 0.5 point)."""
+    """Export checks.
+
+    fp32 ONNX vs PyTorch: max |logit diff| <= ``atol`` on ``parity_items`` items.
+
+    int8 vs fp32, on the calibrated positive score of a binary model (what serving decides on):
+    the decision (which side of every stored threshold) agrees on >= ``min_confident_agreement`` of
+    the items whose fp32 score is at least ``confident_margin`` from every threshold; the mean
+    |score change| is <= ``max_mean_score_shift``; where the items carry labels, macro-F1 and AUROC
+    drop by <= ``max_metric_drop`` (0.005 = 0.5 point). Items near a threshold flip on any
+    perturbation, so full agreement is reported, not required. Models with more than two labels
+    keep the argmax rule: agreement >= ``min_agreement``.
+    """
 
     parity_items: int = 200
     atol: float = 1e-4
+    confident_margin: float = 0.1
+    min_confident_agreement: float = 0.99
+    max_mean_score_shift: float = 0.01
+    max_metric_drop: float = 0.005
     min_agreement: float = 0.99
-    max_f1_drop: float = 0.005
     batch_size: int = 16

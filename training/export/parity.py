@@ -1,8 +1,10 @@
 """Parity: the exported model against its reference, within a tolerance, or a typed error.
 
 * fp32 ONNX vs PyTorch logits: max |diff| <= ``atol`` on up to ``parity_items`` items;
-* int8 vs fp32 decisions agree on >= ``min_agreement`` of the items, and F1 (where items carry
-  labels) drops by <= ``max_f1_drop``;
+* int8 vs fp32 (binary models), on the calibrated score serving decides on: decisions agree on
+  >= 99% of the items whose fp32 score is >= 0.1 from every threshold, the mean |score change| is
+  <= 0.01, and macro-F1 / AUROC (where items carry labels) drop by <= 0.5 point; full agreement is
+  reported (see :class:`ParityConfig`);
 * the written bundle loads with the serving code and reproduces the fp32 logits.
 """
 
@@ -68,22 +70,16 @@ def check_parity(merged: Path, bundle: Path, packed: Sequence[Any], pad_id: int,
     fp32_all = onnx_logits(fp32_sess, batches)
     if quantized:
         int8_all = onnx_logits(session(bundle / MODEL_INT8), batches)
-        d32, d8 = fp32_all.argmax(1), int8_all.argmax(1)
-        agreement = float((d32 == d8).mean())
-        report.update(int8_items=len(packed), int8_agreement=agreement,
-                      int8_max_abs_logit_diff=float(np.abs(int8_all - fp32_all).max()))
-        if agreement < pc.min_agreement:
-            raise ParityError(f"int8 decisions agree with fp32 on {agreement:.2%} of {len(packed)} items (needs >= {pc.min_agreement:.0%}); "
-                              f"largest logit difference {report['int8_max_abs_logit_diff']:.3g}: ship fp32 only with --no-quantize",
-                              check="int8_agreement", largest_difference=pc.min_agreement - agreement, tolerance=1 - pc.min_agreement)
-        if all(lab is not None for lab in labels) and len(meta.id2label) == 2:
-            pos = meta.positive_index
-            gold = np.array(labels)
-            f1_32, f1_8 = binary_f1((d32 == pos).astype(int), gold), binary_f1((d8 == pos).astype(int), gold)
-            report.update(f1_fp32=f1_32, f1_int8=f1_8)
-            if f1_32 - f1_8 > pc.max_f1_drop:
-                raise ParityError(f"int8 F1 {f1_8:.4f} is {100 * (f1_32 - f1_8):.2f} points below fp32 {f1_32:.4f} (allowed {100 * pc.max_f1_drop:.2f}): "
-                                  "ship fp32 only with --no-quantize", check="int8_f1", largest_difference=f1_32 - f1_8, tolerance=pc.max_f1_drop)
+        report.update(int8_items=len(packed), int8_max_abs_logit_diff=float(np.abs(int8_all - fp32_all).max()))
+        if len(meta.id2label) == 2:
+            report.update(int8_parity(fp32_all, int8_all, labels, meta, pc))
+        else:
+            agreement = float((fp32_all.argmax(1) == int8_all.argmax(1)).mean())
+            report.update(int8_agreement=agreement)
+            if agreement < pc.min_agreement:
+                raise ParityError(f"int8 decisions agree with fp32 on {agreement:.2%} of {len(packed)} items (needs >= {pc.min_agreement:.0%}); "
+                                  f"largest logit difference {report['int8_max_abs_logit_diff']:.3g}: ship fp32 only with --no-quantize",
+                                  check="int8_agreement", largest_difference=pc.min_agreement - agreement, tolerance=1 - pc.min_agreement)
     return report, fp32_par
 
 
@@ -101,8 +97,63 @@ def check_roundtrip(bundle: Path, packed: Sequence[Any], fp32_par: np.ndarray, p
     return rt
 
 
-def binary_f1(pred: np.ndarray, gold: np.ndarray) -> float:
-    tp = float(((pred == 1) & (gold == 1)).sum())
-    fp = float(((pred == 1) & (gold == 0)).sum())
-    fn = float(((pred == 0) & (gold == 1)).sum())
-    return 0.0 if tp == 0 else 2 * tp / (2 * tp + fp + fn)
+def decision_thresholds(meta: ModelMeta) -> list[float]:
+    """The thresholds a binary model's calibrated score is read against: the stored ones and the 0.5 decision."""
+    values = {0.5, *(float(v) for v in (meta.thresholds or {}).values() if isinstance(v, (int, float)) and 0 < float(v) < 1)}
+    return sorted(values)
+
+
+def int8_parity(fp32_logits: np.ndarray, int8_logits: np.ndarray, labels: Sequence[int | None], meta: ModelMeta,
+                pc: ParityConfig) -> dict[str, Any]:
+    """The quality-preserving int8 check of a binary model (see :class:`ParityConfig`); raises :class:`ParityError`.
+
+    """
+    from suffice.serving.runtime import softmax
+
+    t = float(meta.calibration.get("temperature", 1.0))
+    pos = meta.positive_index
+    s32, s8 = softmax(fp32_logits, t)[:, pos], softmax(int8_logits, t)[:, pos]
+    ths = np.asarray(decision_thresholds(meta))
+    side32, side8 = (s32[:, None] >= ths), (s8[:, None] >= ths)
+    same = (side32 == side8).all(axis=1)
+    confident = (np.abs(s32[:, None] - ths) >= pc.confident_margin).all(axis=1)
+    shift = np.abs(s8 - s32)
+    out: dict[str, Any] = {
+        "int8_rule": f"confident agreement >= {pc.min_confident_agreement:g} (margin {pc.confident_margin:g} from {ths.tolist()}), "
+                     f"mean |score change| <= {pc.max_mean_score_shift:g}, macro-F1 and AUROC drop <= {pc.max_metric_drop:g}",
+        "int8_agreement": float(same.mean()), "int8_confident_items": int(confident.sum()),
+        "int8_confident_agreement": float(same[confident].mean()) if confident.any() else 1.0,
+        "int8_mean_abs_score_change": float(shift.mean()), "int8_max_abs_score_change": float(shift.max()),
+    }
+    if out["int8_confident_agreement"] < pc.min_confident_agreement:
+        raise ParityError(f"int8 decisions agree with fp32 on {out['int8_confident_agreement']:.2%} of the {out['int8_confident_items']} items "
+                          f"whose fp32 score is >= {pc.confident_margin:g} from every threshold (needs >= {pc.min_confident_agreement:.0%}): "
+                          "int8 changes clear decisions; ship fp32 only with --no-quantize",
+                          check="int8_confident_agreement", largest_difference=pc.min_confident_agreement - out["int8_confident_agreement"],
+                          tolerance=1 - pc.min_confident_agreement)
+    if out["int8_mean_abs_score_change"] > pc.max_mean_score_shift:
+        raise ParityError(f"int8 moves the calibrated score by {out['int8_mean_abs_score_change']:.4f} on average (allowed {pc.max_mean_score_shift:g}; "
+                          f"largest {out['int8_max_abs_score_change']:.3f}): ship fp32 only with --no-quantize",
+                          check="int8_score_shift", largest_difference=out["int8_mean_abs_score_change"], tolerance=pc.max_mean_score_shift)
+    if labels and all(lab is not None for lab in labels):
+        from suffice.training.evaluation.metrics import auroc
+
+        gold = np.asarray(labels, dtype=int)
+        for name, f in (("macro_f1", lambda s: macro_f1((s >= 0.5).astype(int), gold)), ("auroc", lambda s: auroc(s, gold))):
+            v32, v8 = float(f(s32)), float(f(s8))
+            out[f"{name}_fp32"], out[f"{name}_int8"] = v32, v8
+            if np.isfinite(v32) and np.isfinite(v8) and v32 - v8 > pc.max_metric_drop:
+                raise ParityError(f"int8 {name} {v8:.4f} is {100 * (v32 - v8):.2f} points below fp32 {v32:.4f} (allowed {100 * pc.max_metric_drop:.2f}): "
+                                  "ship fp32 only with --no-quantize", check=f"int8_{name}", largest_difference=v32 - v8, tolerance=pc.max_metric_drop)
+    return out
+
+
+def macro_f1(pred: np.ndarray, gold: np.ndarray) -> float:
+    """Mean F1 of the two classes (0 for a class never predicted correctly)."""
+    scores = []
+    for c in (0, 1):
+        tp = float(((pred == c) & (gold == c)).sum())
+        fp = float(((pred == c) & (gold != c)).sum())
+        fn = float(((pred != c) & (gold == c)).sum())
+        scores.append(0.0 if tp == 0 else 2 * tp / (2 * tp + fp + fn))
+    return float(np.mean(scores))
