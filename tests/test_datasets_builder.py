@@ -57,7 +57,37 @@ def test_synthetic_kind_generator_and_train_only():
     s1 = rows["squad2-synth:s1"]
     assert (s1["label_source"], s1["kind"], s1["generator"], s1["split"], s1["label"]) == ("synthetic", "direct", "llm-generator-v1", "train", 1)
     assert "squad2-synth:s3" not in rows  # its passage group is a test paragraph
-    assert m["dropped"] == {"synthetic outside train": 1}
+    assert m["dropped"] == {"synthetic outside train/validation or across a split": 1}
+
+
+def test_several_synthetic_files_keep_their_train_and_validation_splits():
+    synth = SHARED / "synthetic"
+    ds, m = build(_cfg(include_variants=False, synthetic_paths=[str(synth / "squad2-questions.jsonl"), str(synth / "wiki-questions.jsonl")]),
+                  progress=False)
+    rows = _rows(ds)
+    assert rows["wiki-synth:w1"]["split"] == "train" and rows["wiki-synth:w3"]["split"] == "validation"
+    assert rows["wiki-synth:w3"]["source"] == "wiki-synthetic" and rows["wiki-synth:w3"]["label_source"] == "synthetic"
+    assert "wiki-synth:w4" not in rows and "squad2-synth:s3" not in rows  # never a synthetic test item, never across a split
+    assert m["dropped"] == {"synthetic outside train/validation or across a split": 2}
+    with pytest.raises(ConfigError, match="not both"):
+        _cfg(synthetic_path="a.jsonl", synthetic_paths=["b.jsonl"])
+
+
+def test_retrieval_like_copies_keep_label_and_split():
+    synth = SHARED / "synthetic"
+    ds, _ = build(_cfg(include_variants=False, retrieval_like_fraction=1.0,
+                       synthetic_paths=[str(synth / "squad2-questions.jsonl"), str(synth / "wiki-questions.jsonl")]), progress=False)
+    rows = _rows(ds)
+    copies = {i: r for i, r in rows.items() if r["variant"] == "retrieval_like"}
+    assert copies and all(r["split"] == "train" for r in copies.values())
+    for cid, r in copies.items():
+        parent = rows[r["parent_id"]]
+        assert (r["label"], r["level"], r["group"], r["label_source"]) == (parent["label"], parent["level"], parent["group"], parent["label_source"])
+        assert parent["passages"][0] in r["passages"] and len(r["passages"]) >= 3
+        assert len({p["title"] for p in r["passages"]}) == len(r["passages"])  # other titles only
+    assert "wiki-synth:w1#retrieval_like" in copies
+    with pytest.raises(ConfigError, match="retrieval_like_fraction"):
+        _cfg(retrieval_like_fraction=1.5)
 
 
 def test_variants_in_dataset_and_no_split_leak():
@@ -163,7 +193,7 @@ def test_cli_prepare_and_stats(capsys):
     assert (prepared_dir() / "cli" / "manifest.json").is_file()
     assert data_main(["stats", "--prepared", "cli"]) == 0
     out = capsys.readouterr().out
-    assert "squad2" in out and "87.5%" in out and "Empty-passage items: 1" in out and "synthetic outside train: 1" in out
+    assert "squad2" in out and "87.5%" in out and "Empty-passage items: 1" in out and "synthetic outside train/validation or across a split: 1" in out
     assert data_main(["stats", "--quiet", f"--data_dir={SHARED}", "--name=mem", "--include_synthetic=false"]) == 0
     assert not (prepared_dir() / "mem").exists()  # stats builds in memory
 

@@ -37,7 +37,7 @@ from suffice.training.data.labels import agreement_by_source, apply_labels, cohe
 from suffice.training.data.loaders import (LoadReport, gold_label, hash_split, load_items,
                                            read_autorater_labels, sha256_file)
 from suffice.training.data.schema import SPLITS, DataFormatError, Item
-from suffice.training.data.variants import RULES, make_variants
+from suffice.training.data.variants import RULES, make_variants, retrieval_like_variants
 from suffice.training.paths import data_dir as resolve_data_dir
 from suffice.training.paths import prepared_dir
 
@@ -67,8 +67,15 @@ class DataConfig:
     variant_rules: which rules; variants_per_item: at most this many per parent per rule;
     variant_parent_fraction: seeded share of eligible parents that get variants;
     variant_splits: splits whose items get variants (each variant stays in its parent's split).
-    include_synthetic: add the teacher-written questions (``synthetic_path``, default
-        ``<data_dir>/synthetic/squad2-questions.jsonl``; label_source ``synthetic``; train only).
+    include_synthetic: add the teacher-written questions of ``synthetic_paths`` (default
+        ``[<data_dir>/synthetic/squad2-questions.jsonl]``; ``synthetic_path``, one file, is kept for
+        older configs; label_source ``synthetic``). Each question keeps its file's split when that is
+        train or validation (``wiki-questions.jsonl`` has a validation split of unseen titles, reported
+        as its own source ``wiki-synthetic``); synthetic test questions and questions over a real
+        passage of another split are dropped (counted).
+    retrieval_like_fraction: seeded share of single-paragraph train items (real and synthetic) that
+        also appear as a *retrieval-like* copy: their paragraph among 2-9 paragraphs of other titles
+        (``suffice.training.data.variants.retrieval_like_variants``; label unchanged). 0 = none.
     seed: seed for every random choice.
     """
 
@@ -86,6 +93,8 @@ class DataConfig:
     variant_splits: list[str] = field(default_factory=lambda: ["train"])
     include_synthetic: bool = True
     synthetic_path: str | None = None
+    synthetic_paths: list[str] = field(default_factory=list)
+    retrieval_like_fraction: float = 0.0
     seed: int = 13
 
     def __post_init__(self) -> None:
@@ -103,6 +112,11 @@ class DataConfig:
             raise ConfigError(f"variant_splits {bad} unknown: choose from {list(SPLITS)}")
         if self.variants_per_item < 1:
             raise ConfigError(f"variants_per_item={self.variants_per_item} must be >= 1 (set include_variants=false to have none)")
+        if self.synthetic_path and self.synthetic_paths:
+            raise ConfigError(f"give synthetic_paths (a list) or the older synthetic_path, not both: got {self.synthetic_path!r} "
+                              f"and {self.synthetic_paths!r}")
+        if not 0.0 <= self.retrieval_like_fraction <= 1.0:
+            raise ConfigError(f"retrieval_like_fraction={self.retrieval_like_fraction} must be between 0 and 1")
         if not 0.0 <= self.variant_parent_fraction <= 1.0:
             raise ConfigError(f"variant_parent_fraction={self.variant_parent_fraction} must be between 0 and 1")
         try:
@@ -217,24 +231,29 @@ def build(cfg: DataConfig, progress: bool = True) -> tuple[Any, dict[str, Any]]:
                                parent_fraction=cfg.variant_parent_fraction, splits=cfg.variant_splits, progress=progress)
 
     if cfg.include_synthetic:
-        spath = Path(cfg.synthetic_path) if cfg.synthetic_path else root / "synthetic" / "squad2-questions.jsonl"
-        record(spath, "synthetic")
-        synth = load_items(spath, "canonical", progress=progress)
-        loads.append(synth.report)
         group_split = {it.group: it.split for it in items}
-        for it in synth:
-            # synthetic questions reuse real passages: only keep those whose passage group is train
-            if it.split != "train" or group_split.get(it.group, "train") != "train":
-                dropped["synthetic outside train"] += 1
-                continue
-            # "squad2-synthetic" questions are written over squad2 passages: sources=[qed] leaves them out
-            if cfg.sources and it.source not in cfg.sources and it.source.removesuffix("-synthetic") not in cfg.sources:
-                dropped["synthetic filtered out by sources"] += 1
-                continue
-            if it.id in known_ids:
-                raise DataFormatError(f"synthetic id {it.id!r} collides with another input", path=str(spath), field="id")
-            it.label_source = "synthetic"
-            items.append(it)
+        paths = cfg.synthetic_paths or [cfg.synthetic_path or root / "synthetic" / "squad2-questions.jsonl"]
+        for spath in map(Path, paths):
+            record(spath, "synthetic")
+            synth = load_items(spath, "canonical", progress=progress)
+            loads.append(synth.report)
+            for it in synth:
+                # synthetic questions may reuse real passages: never across a split, never as test items
+                if it.split not in ("train", "validation") or group_split.get(it.group, it.split) != it.split:
+                    dropped["synthetic outside train/validation or across a split"] += 1
+                    continue
+                # "squad2-synthetic" questions are written over squad2 passages: sources=[qed] leaves them out
+                if cfg.sources and it.source not in cfg.sources and it.source.removesuffix("-synthetic") not in cfg.sources:
+                    dropped["synthetic filtered out by sources"] += 1
+                    continue
+                if it.id in known_ids:
+                    raise DataFormatError(f"synthetic id {it.id!r} collides with another input", path=str(spath), field="id")
+                known_ids.add(it.id)
+                it.label_source = "synthetic"
+                items.append(it)
+
+    if cfg.retrieval_like_fraction:
+        items += retrieval_like_variants(items, fraction=cfg.retrieval_like_fraction, seed=cfg.seed)
 
     rows = [_row(it) for it in items]
     bad = [r["id"] for r in rows if r["split"] not in SPLITS]

@@ -15,6 +15,12 @@ label 0, and stays in its parent's split and group. Rules:
     Level ``insufficient`` (``partial`` for multi-hop items whose other supporting passages are
     left intact). Yes/no answers are skipped: they name no span to remove.
 
+``retrieval_like`` (:func:`retrieval_like_variants`, not a negative)
+    Single-paragraph train items (real or synthetic) set among 2-9 paragraphs of *other titles*
+    from the same split, at a seeded position: real retrieval hands the student ten paragraphs,
+    not one. The label and level stay the parent's (other titles add no answer);
+    ``label_source`` stays the parent's too.
+
 Choices are deterministic: each (seed, rule, parent id) seeds its own generator, so adding or
 removing other items never changes an item's variants.
 
@@ -37,6 +43,8 @@ from suffice.training.data.loaders import gold_answers, gold_label, supporting_p
 from suffice.training.data.schema import Item, Passage
 
 RULES = ("drop_supporting", "other_paragraph", "remove_answer_sentence")
+RETRIEVAL_LIKE = "retrieval_like"
+ALL_RULES = (*RULES, RETRIEVAL_LIKE)
 _YES_NO = {"yes", "no"}
 
 
@@ -162,4 +170,51 @@ def make_variants(items: Sequence[Item], rules: Sequence[str] = RULES, per_item:
             else:
                 cands = drop_supporting(it) if rule == "drop_supporting" else remove_answer_sentence(it)
             out.extend(rng.sample(cands, min(per_item, len(cands))))
+    return out
+
+
+def retrieval_like_variants(items: Sequence[Item], *, fraction: float, seed: int = 13, min_others: int = 2,
+                            max_others: int = 9, splits: Sequence[str] = ("train",)) -> list[Item]:
+    """Copies of single-paragraph items of ``splits`` with ``min_others``-``max_others`` paragraphs of
+    other titles (same split) around their own, at a seeded position; label, level and group kept.
+
+    Each parent draws from its own generator (seed, rule, id), so other items never change its copy.
+
+    >>> from suffice.training.data.schema import Item, Passage
+    >>> its = [Item(id=f"s:{i}", question="Q?", passages=[Passage(f"T{i}", f"Text {i}.")], label=i % 2, split="train", source="s")
+    ...        for i in range(12)]
+    >>> v = retrieval_like_variants(its, fraction=1.0)
+    >>> len(v), v[0].variant, v[0].label == its[0].label, 3 <= len(v[0].passages) <= 10
+    (12, 'retrieval_like', True, True)
+    """
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"fraction={fraction} must be between 0 and 1")
+    if not 1 <= min_others <= max_others:
+        raise ValueError(f"need 1 <= min_others <= max_others, got {min_others}, {max_others}")
+    by_split: dict[str, dict[str, list[Passage]]] = defaultdict(lambda: defaultdict(list))
+    seen: set[tuple] = set()
+    for it in items:
+        for p in it.passages:
+            if (it.split, p.title, p.text) not in seen:
+                seen.add((it.split, p.title, p.text))
+                by_split[it.split][p.title].append(p)
+    titles = {split: sorted(pool) for split, pool in by_split.items()}
+    out: list[Item] = []
+    for it in items:
+        if it.variant is not None or it.split not in splits or len(it.passages) != 1 or it.label not in (0, 1):
+            continue
+        rng = random.Random(f"{seed}|{RETRIEVAL_LIKE}|{it.id}")
+        if rng.random() >= fraction:
+            continue
+        own = it.passages[0]
+        pool = titles[it.split]
+        k = min(len(pool) - 1, rng.randint(min_others, max_others))
+        if k < min_others:
+            continue
+        names = [t for t in rng.sample(pool, k + 1) if t != own.title][:k]
+        picked = [rng.choice(by_split[it.split][t]) for t in names]
+        picked.insert(rng.randrange(len(picked) + 1), own)
+        out.append(Item(id=f"{it.id}#{RETRIEVAL_LIKE}", question=it.question, passages=copy.deepcopy(picked), label=it.label,
+                        level=it.level, label_source=it.label_source, split=it.split, source=it.source, group=it.group,
+                        gold=dict(it.gold or {}), variant=RETRIEVAL_LIKE, parent_id=it.id, meta=dict(it.meta or {})))
     return out
