@@ -35,3 +35,18 @@ def test_detect_describes_this_machine():
     assert info.cores >= 1 and info.model
     assert info.isa_class in info.describe()
     assert set(info.as_dict()) == {"cpu_model", "isa_class", "bf16", "vnni", "cores"}
+
+
+def test_mixed_precision_auto_picks_bf16_only_on_cpus_with_bf16_units(monkeypatch):
+    import torch
+
+    from suffice.training.fit.run import resolve_mixed_precision
+
+    monkeypatch.delenv("ACCELERATE_MIXED_PRECISION", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_mixed_precision("auto", CpuInfo.from_flags("x", SAPPHIRE_RAPIDS)) == "bf16"
+    assert resolve_mixed_precision("auto", CpuInfo.from_flags("x", GENOA)) == "bf16"
+    assert resolve_mixed_precision("auto", CpuInfo.from_flags("x", MILAN)) == "no"
+    assert resolve_mixed_precision("no", CpuInfo.from_flags("x", SAPPHIRE_RAPIDS)) == "no"
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "no")  # accelerate launch --mixed_precision already chose
+    assert resolve_mixed_precision("auto", CpuInfo.from_flags("x", SAPPHIRE_RAPIDS)) is None

@@ -187,8 +187,10 @@ class TrainConfig:
     checkpoints_total_limit: keep only the newest N checkpoints.
     resume: continue from the newest checkpoint in ``<output_dir>/checkpoints`` (``--resume``).
     seed: Python/NumPy/torch seeds and the data order.
-    mixed_precision: ``auto`` (bf16/fp16 on a GPU that has it, else what ``accelerate config``
-        set, else fp32), or ``no`` / ``fp16`` / ``bf16``.
+    mixed_precision: ``auto`` (bf16/fp16 on a GPU that has it, bf16 on a CPU with bf16 units: AMX or
+        AVX512-BF16, detected by ``suffice.serving.cpu``; else fp32; ``accelerate launch
+        --mixed_precision`` wins when given), or ``no`` / ``fp16`` / ``bf16``. The run records the
+        resolved precision and the machine (CPU model, ISA class) in its params.
     torch_threads: intra-op CPU threads per process (0 = cores / local processes). On a CPU
         shared with other jobs use 1: OpenMP threads waiting on a busy core make every matmul slow.
     log_every_steps: log train loss, throughput and learning rate to MLflow every N steps.

@@ -191,7 +191,15 @@ def run_summary(cfg: TrainConfig, accelerator, tracker, state: TrainState, run_n
 # ------------------------------------------------------------------------------------------
 # run set-up and description
 # ------------------------------------------------------------------------------------------
-def resolve_mixed_precision(setting: str) -> str | None:
+def resolve_mixed_precision(setting: str, cpu=None) -> str | None:
+    """The accelerate ``mixed_precision`` for ``setting``; ``auto`` picks bf16/fp16 on a GPU that has
+    it, bf16 on a CPU with bf16 units (AMX or AVX512-BF16: ``suffice.serving.cpu``), else fp32,
+    unless ``accelerate launch --mixed_precision`` already chose (None: keep that choice).
+
+    >>> from suffice.serving.cpu import CpuInfo
+    >>> resolve_mixed_precision("auto", CpuInfo.from_flags("x", {"avx2"}))  # doctest: +SKIP
+    'no'
+    """
     if setting != "auto":
         return setting
     if os.environ.get("ACCELERATE_MIXED_PRECISION"):
@@ -200,7 +208,9 @@ def resolve_mixed_precision(setting: str) -> str | None:
 
     if torch.cuda.is_available():
         return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
-    return "no"
+    from suffice.serving.cpu import detect
+
+    return "bf16" if (cpu or detect()).bf16 else "no"
 
 
 def cpu_threads(cfg: TrainConfig) -> int:
@@ -249,10 +259,23 @@ def run_dir(cfg: TrainConfig, accelerator) -> tuple[str, Path, TrainState | None
     return run_name, out_dir, None
 
 
+def machine_params() -> dict[str, Any]:
+    """Where the run ran: the CPU (model, ISA class, bf16/VNNI units) and the GPU if any, for the run's params."""
+    import torch
+
+    from suffice.serving.cpu import detect
+
+    out = {f"machine.{k}": v for k, v in detect().as_dict().items()}
+    out["machine.gpu"] = torch.cuda.get_device_name() if torch.cuda.is_available() else "none"
+    return out
+
+
 def describe(cfg: TrainConfig, accelerator, run_name: str, out_dir: Path, encoded, weights, n_params: tuple[int, int],
              steps_per_epoch: int, total_steps: int, num_epochs: int) -> dict[str, Any]:
     """Print the derived numbers of the run (nanoGPT-style) and return them for tracking."""
     import torch
+
+    from suffice.serving.cpu import detect as detect_cpu
 
     stats = {name: packing_stats(encoded[name]) for name in ("train", "validation", "test")}
     counts = {name: (0 if encoded[name] is None else len(encoded[name])) for name in ("train", "validation", "test")}
@@ -266,6 +289,7 @@ def describe(cfg: TrainConfig, accelerator, run_name: str, out_dir: Path, encode
         f"{dict(zip(cfg.id2label.values(), balance))}; class weights {np.round(weights, 3).tolist()}\n"
         f"  window {cfg.max_length} tokens, strategy {cfg.long_context_strategy}: mean tokens/example "
         f"{stats['train'].get('mean_tokens', 0):.0f}, contexts cut {stats['train'].get('truncated_share', 0):.1%} (train)\n"
+        f"  machine {detect_cpu().describe()}\n"
         f"  processes {accelerator.num_processes} on {accelerator.device} (mixed precision {accelerator.mixed_precision}, "
         f"{torch.get_num_threads()} threads); effective batch {cfg.effective_batch_size(accelerator.num_processes)}; "
         f"{steps_per_epoch} steps/epoch, {total_steps} steps over {num_epochs} epoch(s), warm-up {int(cfg.warmup_ratio * total_steps)}\n"
@@ -294,6 +318,7 @@ def start_tracking(cfg: TrainConfig, accelerator, tracker, state: TrainState, sp
                         "label_source": splits.label_source, "num_processes": accelerator.num_processes,
                         "effective_batch_size": cfg.effective_batch_size(accelerator.num_processes),
                         "total_steps": total_steps, "trainable_parameters": n_trainable,
+                        "mixed_precision_resolved": str(accelerator.mixed_precision), **machine_params(),
                         **{f"items_{k}": v for k, v in derived["counts"].items()}})
     tracker.log_metrics({f"data_{s}_{k}": v for s, m in derived["stats"].items() for k, v in m.items()}, step=0)
     tracker.log_text(dump_yaml(cfg), "resolved_config.yaml")
