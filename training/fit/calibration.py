@@ -81,3 +81,31 @@ def threshold_for_precision(scores: np.ndarray, outcomes: np.ndarray, min_precis
     if best is None:
         return 1.0, strictest
     return best
+
+
+def decisiveness(scores: np.ndarray, outcomes: np.ndarray, sufficient: float = 0.8, precision: float = 0.9) -> dict[str, float]:
+    """How decisive a sufficiency model is at its "sufficient" threshold, on labelled items.
+
+    ``coverage_at_sufficient``: share of all items scored >= ``sufficient`` (answered without a
+    caveat); ``recall_at_sufficient``: share of the sufficient items that reach it;
+    ``precision_at_sufficient``: share of those answered that are sufficient;
+    ``score_at_precision``: the lowest score at which "sufficient" reaches ``precision`` (1.0 when
+    none does) and ``recall_at_precision_score`` there.
+
+    >>> d = decisiveness(np.array([0.1, 0.85, 0.9, 0.95]), np.array([0, 0, 1, 1]))
+    >>> d["coverage_at_sufficient"], d["recall_at_sufficient"], d["score_at_precision"]
+    (0.75, 1.0, 0.9)
+    """
+    scores = np.asarray(scores, dtype=np.float64)
+    outcomes = np.asarray(outcomes, dtype=np.int64)
+    at = scores >= sufficient
+    pos = outcomes == 1
+    t, reached = threshold_for_precision(scores, outcomes, precision)
+    return {
+        "sufficient_threshold": float(sufficient), "items": int(len(scores)),
+        "coverage_at_sufficient": float(at.mean()) if len(scores) else float("nan"),
+        "recall_at_sufficient": float(at[pos].mean()) if pos.any() else float("nan"),
+        "precision_at_sufficient": float(outcomes[at].mean()) if at.any() else float("nan"),
+        "precision_target": float(precision), "score_at_precision": float(t), "precision_reached": float(reached),
+        "recall_at_precision_score": float((scores[pos] >= t).mean()) if pos.any() else float("nan"),
+    }

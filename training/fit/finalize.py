@@ -25,8 +25,14 @@ from suffice.training.fit.meta import ModelMeta
 
 
 def level_thresholds(cfg: TrainConfig, val_logits: np.ndarray, val_labels: np.ndarray, temperature: float):
-    """Sufficiency: the configured ``sufficient`` / ``partial`` thresholds, nothing fitted."""
-    return {"sufficient": cfg.calibration.sufficient, "partial": cfg.calibration.partial}, {}
+    """Sufficiency: the configured ``sufficient`` / ``partial`` thresholds (their meaning is fixed:
+    calibrated P(sufficient) >= 0.8 answers, >= 0.5 caveats), and how decisive the model is there on
+    validation (:func:`suffice.training.fit.calibration.decisiveness`)."""
+    from suffice.training.fit.calibration import decisiveness
+
+    p_suff = softmax(val_logits, temperature)[:, cfg.positive_index]
+    levels = decisiveness(p_suff, (val_labels == cfg.positive_index).astype(int), cfg.calibration.sufficient)
+    return {"sufficient": cfg.calibration.sufficient, "partial": cfg.calibration.partial}, {"validation_levels": levels}
 
 
 def skip_threshold(cfg: TrainConfig, val_logits: np.ndarray, val_labels: np.ndarray, temperature: float):
@@ -94,7 +100,9 @@ def finalize(cfg: TrainConfig, accelerator, model, *, val_logits: np.ndarray, en
         "calibration": {"method": "temperature", "temperature": temperature, **threshold_info}, "thresholds": thresholds,
         **provenance,
         "mlflow": {"run_id": state.mlflow_run_id, "registered_model": None, "version": None},
-        "metrics": json_safe({"test": test_overall, "validation": val_report["overall"], **(extra_metrics or {})}),
+        "metrics": json_safe({"test": test_overall, "validation": val_report["overall"],
+                              **({"validation_levels": threshold_info["validation_levels"]} if "validation_levels" in threshold_info else {}),
+                              **(extra_metrics or {})}),
     })
     out.update(save_and_register(cfg, accelerator.unwrap_model(model), base_dir, out_dir, meta, report, tracker, state, encoded["validation"]))
     out["test"] = test_overall
