@@ -4,12 +4,11 @@
 
 What it writes (one xz-compressed JSON, passages stored once and referenced by index):
 
-- ``stage1``: the teacher-labelled rows of ``suffice data prepare`` (real items, constructed
-  variants, the squad2 synthetic questions) plus ``synthetic/wiki-questions.jsonl`` (its train
-  split for training, its validation split as the ``wiki-synthetic`` new-topic check), and
-  *retrieval-like* copies of single-paragraph train rows: the row's paragraph among 2-9 paragraphs
-  of other titles, at a random position, label unchanged (real retrieval hands the student ten
-  paragraphs, not one).
+- ``train`` / ``validation`` / ``test``: the rows of ``suffice data prepare`` with both synthetic
+  files (``synthetic_paths``: the wiki validation split of unseen titles is the ``wiki-synthetic``
+  new-topic check) and retrieval-like copies (``retrieval_like_fraction=0.3``), exactly what
+  ``configs/sufficiency-full.yaml`` trains on. (The 2026-11-28 GPU runs used this script's first
+  version, commit c205e13, which built the same two additions itself: 36,544 train rows.)
 - ``stage0``: pair-reading pretraining rows made for free from every train question whose answer
   is known: (question, own passage) = 1; (question, passage without the answer-bearing
   sentences) = 0; (question, another paragraph of the same article, else of another title) = 0.
@@ -32,9 +31,7 @@ from pathlib import Path
 from suffice.serving.packing import split_sentences
 from suffice.training.evaluation.baselines import load_gold_answers
 from suffice.training.data.builder import DataConfig, prepare
-from suffice.training.data.loaders import load_items
 from suffice.training.paths import data_dir
-from suffice.training.fit.splits import items_to_rows
 
 
 def _norm(s: str) -> str:
@@ -66,15 +63,12 @@ def main(argv: list[str] | None = None) -> int:
     d = data_dir()
     table = PassageTable()
 
-    dsd, manifest = prepare(DataConfig(name="student-sweep", include_synthetic=True, include_variants=True), progress=False)
+    dsd, manifest = prepare(DataConfig(name="student-sweep", synthetic_paths=["synthetic/squad2-questions.jsonl", "synthetic/wiki-questions.jsonl"],
+                                       retrieval_like_fraction=args.retrieval_like_fraction, seed=args.seed), progress=False)
     rows: dict[str, list[dict]] = {s: [dict(r) for r in dsd[s]] for s in ("train", "validation", "test") if s in dsd}
-    wiki = items_to_rows(list(load_items(d / "synthetic" / "wiki-questions.jsonl")))
-    for r in wiki:
-        r["source"] = "wiki-synthetic"
-        rows["train" if r["split"] == "train" else "validation"].append(r)
     answers = load_gold_answers(d / "items.jsonl")
-    answers.update(load_gold_answers(d / "synthetic" / "squad2-questions.jsonl"))
-    answers.update(load_gold_answers(d / "synthetic" / "wiki-questions.jsonl"))
+    for f in ("squad2-questions.jsonl", "wiki-questions.jsonl"):
+        answers.update(load_gold_answers(d / "synthetic" / f))
 
     def compact(r: dict, passages=None) -> dict:
         ps = passages if passages is not None else r["passages"]
@@ -83,17 +77,17 @@ def main(argv: list[str] | None = None) -> int:
                 "variant": r.get("variant") or "", "group": r.get("group") or ""}
 
     out: dict[str, list[dict]] = {s: [compact(r) for r in rs if int(r["label"]) in (0, 1)] for s, rs in rows.items()}
+    n_rl = sum(r["variant"] == "retrieval_like" for r in out["train"])
 
-    # paragraphs of train items by title (for distractors and same-article negatives)
+    # paragraphs of train items by title and by squad2 article (for stage 0's other-paragraph negatives)
     train_single = [r for r in rows["train"] if len(r["passages"]) == 1 and not r.get("variant")]
     by_title: dict[str, list[dict]] = defaultdict(list)
     seen = set()
-    for r in rows["train"]:
-        for p in r["passages"]:
-            k = (p["title"], p["text"])
-            if k not in seen:
-                seen.add(k)
-                by_title[p["title"]].append(p)
+    for r in train_single:
+        p = r["passages"][0]
+        if (p["title"], p["text"]) not in seen:
+            seen.add((p["title"], p["text"]))
+            by_title[p["title"]].append(p)
     titles = sorted(by_title)
     article_of = lambda r: (r.get("group") or "").rsplit(":", 1)[0]  # squad2:Article:k -> squad2:Article
     by_article: dict[str, list[dict]] = defaultdict(list)
@@ -108,20 +102,6 @@ def main(argv: list[str] | None = None) -> int:
             if t != own_title:
                 picked.append(by_title[t][rng.randrange(len(by_title[t]))])
         return picked
-
-    # retrieval-like copies of single-paragraph train rows
-    n_rl = 0
-    for r in train_single:
-        if int(r["label"]) not in (0, 1) or rng.random() >= args.retrieval_like_fraction:
-            continue
-        own = r["passages"][0]
-        ps = distractors(own["title"], rng.randint(2, 9))
-        ps.insert(rng.randrange(len(ps) + 1), own)
-        c = compact(r, ps)
-        c["id"] += "#retrieval-like"
-        c["variant"] = "retrieval_like"
-        out["train"].append(c)
-        n_rl += 1
 
     # stage 0: pair reading from known answers (train only)
     stage0 = []

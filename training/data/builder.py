@@ -68,7 +68,8 @@ class DataConfig:
     variant_parent_fraction: seeded share of eligible parents that get variants;
     variant_splits: splits whose items get variants (each variant stays in its parent's split).
     include_synthetic: add the teacher-written questions of ``synthetic_paths`` (default
-        ``[<data_dir>/synthetic/squad2-questions.jsonl]``; ``synthetic_path``, one file, is kept for
+        ``[<data_dir>/synthetic/squad2-questions.jsonl]``; a relative path not found from the working
+        directory is read from the data directory; ``synthetic_path``, one file, is kept for
         older configs; label_source ``synthetic``). Each question keeps its file's split when that is
         train or validation (``wiki-questions.jsonl`` has a validation split of unseen titles, reported
         as its own source ``wiki-synthetic``); synthetic test questions and questions over a real
@@ -233,7 +234,8 @@ def build(cfg: DataConfig, progress: bool = True) -> tuple[Any, dict[str, Any]]:
     if cfg.include_synthetic:
         group_split = {it.group: it.split for it in items}
         paths = cfg.synthetic_paths or [cfg.synthetic_path or root / "synthetic" / "squad2-questions.jsonl"]
-        for spath in map(Path, paths):
+        # a relative path that is not there from here is read from the shared data directory
+        for spath in (Path(p) if Path(p).is_absolute() or Path(p).exists() else root / p for p in paths):
             record(spath, "synthetic")
             synth = load_items(spath, "canonical", progress=progress)
             loads.append(synth.report)
