@@ -57,4 +57,11 @@ def test_a_quality_drop_is_refused_where_items_carry_labels():
         int8_parity(logits_for(s32), logits_for(s8), list(gold), META, cfg)
     assert e.value.check == "int8_macro_f1"
     ok = int8_parity(logits_for(s32), logits_for(s32), list(gold), META, cfg)
-    assert ok["macro_f1_fp32"] == ok["macro_f1_int8"] == 1.0 and ok["auroc_int8"] == 1.0
+    assert ok["macro_f1_fp32"] == ok["macro_f1_int8"] == 1.0 and ok["auroc_int8"] == 1.0 and ok["int8_metric_check"] == "enforced"
+
+
+def test_few_labelled_items_report_the_metrics_without_enforcing_them():
+    gold = np.array([0, 1] * 10)
+    s32 = np.where(gold == 1, 0.55, 0.45)
+    out = int8_parity(logits_for(s32), logits_for(1 - s32), list(gold), META, ParityConfig(max_mean_score_shift=1.0))
+    assert out["macro_f1_int8"] == 0.0 and out["int8_metric_check"].startswith("reported only")

@@ -31,8 +31,9 @@ class ParityConfig:
     int8 vs fp32, on the calibrated positive score of a binary model (what serving decides on):
     the decision (which side of every stored threshold) agrees on >= ``min_confident_agreement`` of
     the items whose fp32 score is at least ``confident_margin`` from every threshold; the mean
-    |score change| is <= ``max_mean_score_shift``; where the items carry labels, macro-F1 and AUROC
-    drop by <= ``max_metric_drop`` (0.005 = 0.5 point). Items near a threshold flip on any
+    |score change| is <= ``max_mean_score_shift``; where at least ``min_metric_items`` items carry
+    labels of both classes, macro-F1 and AUROC drop by <= ``max_metric_drop`` (0.005 = 0.5 point;
+    on fewer items one item moves them by more than that, so they are reported, not enforced). Items near a threshold flip on any
     perturbation, so full agreement is reported, not required. Models with more than two labels
     keep the argmax rule: agreement >= ``min_agreement``.
     """
@@ -43,5 +44,6 @@ class ParityConfig:
     min_confident_agreement: float = 0.99
     max_mean_score_shift: float = 0.01
     max_metric_drop: float = 0.005
+    min_metric_items: int = 100
     min_agreement: float = 0.99
     batch_size: int = 16
