@@ -64,7 +64,7 @@ def test_lora_run_writes_the_model_directory_contract(trained, tiny_bert_dir):
     assert meta["calibration"]["method"] == "temperature" and meta["calibration"]["temperature"] > 0
     assert meta["thresholds"] == {"sufficient": 0.8, "partial": 0.5}
     assert meta["label_source"] == "autorater" and len(meta["data_hash"]) == 16
-    assert meta["mlflow"]["registered_model"] == "suffice-sufficiency" and meta["mlflow"]["version"] == "1"
+    assert meta["mlflow"]["registered_model"] == "suffice-sufficiency-model" and meta["mlflow"]["version"] == "1"  # export: false
     assert set(meta["metrics"]["test"]) >= {"accuracy", "macro_f1", "auroc", "ece", "kappa_autorater"}
     json.dumps(meta, allow_nan=False)  # strict JSON: NaN became null
 
