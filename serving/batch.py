@@ -208,6 +208,7 @@ def score_file(input_path: str | os.PathLike, output_path: str | os.PathLike, sc
     bar = tqdm(total=count_rows(src), initial=summary.rows, unit="row", desc="scoring", disable=not progress, file=sys.stderr,
                mininterval=0.5, smoothing=0.1, dynamic_ncols=True)
     t0 = time.perf_counter()
+    committed = summary.rows  # rows the progress record says are in the partial output
     try:
         for chunk in iter_chunks(src, chunk_rows, skip_rows=summary.rows):
             scored = score_chunk(chunk, scorer, on_error, src)
@@ -218,15 +219,16 @@ def score_file(input_path: str | os.PathLike, output_path: str | os.PathLike, sc
             done["chunks"] += 1
             write_progress(progress_file, {**input_identity(src), **options, **written, "rows": summary.rows, "chunks": done["chunks"],
                                            "errors": summary.errors, "levels": dict(levels)})
+            committed = summary.rows
             bar.update(len(chunk))
     except BaseException as e:
         bar.close()
         writer.close()
-        if summary.rows == 0:  # nothing to keep
+        if committed == 0:  # nothing to keep
             writer.discard()
             progress_file.unlink(missing_ok=True)
         else:
-            kept_note = (f"{summary.rows} rows already scored are kept in {partial} ({progress_file}); run the same command "
+            kept_note = (f"{committed} rows already scored are kept in {partial} ({progress_file}); run the same command "
                          "with --resume to continue after them")
             if isinstance(e, BatchScoreError):
                 raise BatchScoreError(f"{e}\n{kept_note}") from e
