@@ -181,7 +181,8 @@ def score_file(input_path: str | os.PathLike, output_path: str | os.PathLike, sc
     ScoreSummary(input='items.parquet', output='scored.parquet', rows=8133, ...)
     """
     src, dst = Path(input_path), Path(output_path)
-    file_format(src, "--input"), file_format(dst, "--output")
+    for path, role in ((src, "--input"), (dst, "--output")):
+        file_format(path, role)
     _check_paths(src, dst, chunk_rows, overwrite, on_error)
     dst.parent.mkdir(parents=True, exist_ok=True)
     partial, progress_file = dst.with_name(dst.name + ".partial"), dst.with_name(dst.name + ".progress.json")
@@ -228,8 +229,8 @@ def score_file(input_path: str | os.PathLike, output_path: str | os.PathLike, sc
             writer.discard()
             progress_file.unlink(missing_ok=True)
         else:
-            kept_note = (f"{committed} rows already scored are kept in {partial} ({progress_file}); run the same command "
-                         "with --resume to continue after them")
+            kept_note = (f"{committed} rows already scored are kept in {partial} ({progress_file}); with the input unchanged, "
+                         "the same command with --resume continues after them")
             if isinstance(e, BatchScoreError):
                 raise BatchScoreError(f"{e}\n{kept_note}") from e
             print(f"suffice score: stopped: {kept_note}", file=sys.stderr)

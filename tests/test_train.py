@@ -126,8 +126,9 @@ def test_mlflow_run_has_params_metrics_artifacts_and_a_registered_version(traine
         assert name in files, name
     assert not any(f.startswith("model/checkpoints") for f in files)
 
-    mv = client.get_model_version("suffice-sufficiency", "1")
+    mv = client.get_model_version("suffice-sufficiency-model", "1")  # the trained-model folder; export: false, so no bundle version
     assert mv.run_id == run_.info.run_id and mv.source.endswith("/model")
+    assert client.search_model_versions("name='suffice-sufficiency'") == []
     for tag in ("base_model", "label_source", "data_hash", "test_macro_f1"):
         assert tag in mv.tags, tag
     assert mv.tags["label_source"] == "autorater"

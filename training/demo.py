@@ -75,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     if rc:
         print(f"suffice demo: training failed with exit code {rc} (see the messages above)", file=sys.stderr)
         return rc
-    bundle = Path(out_dir) / "bundle"
+    export_dir = next((o.split("=", 1)[1] for o in overrides if o.startswith("--export_dir=")), None)
+    bundle = Path(export_dir) if export_dir else Path(out_dir) / "bundle"
     rc = 0
     if (bundle / MANIFEST_NAME).is_file():
         print(f"bundle: {bundle}")

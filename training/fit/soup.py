@@ -7,7 +7,7 @@ each ingredient learnt better than any of them alone. Here, for instance, the de
 one that keeps squad2 and gains on the other two (README, "Model soups").
 
     suffice soup --models models/a models/b models/c --output_dir models/soup
-    suffice soup --models models:/suffice-sufficiency/2 models/b --method uniform --output_dir models/soup
+    suffice soup --models models:/suffice-sufficiency-model/2 models/b --method uniform --output_dir models/soup
     suffice soup --models models/a models/b --output_dir models/soup --export=true   # any TrainConfig key
 
 Methods:
