@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from suffice.training import demo
@@ -26,7 +27,8 @@ def test_demo_without_export_registers_nothing_servable(tiny_bert, tmp_path, cap
     assert rc == 0
     meta = json.loads((out / "suffice_model.json").read_text())
     assert meta["mlflow"]["version"] == "1" and meta["mlflow"]["registered_model"] == "suffice-sufficiency-model"
-    client = MlflowClient()
+    uri = os.environ["MLFLOW_TRACKING_URI"]  # this test's store (mlflow keeps a process-wide URI once set)
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
     assert client.search_model_versions("name='suffice-sufficiency'") == []
     captured = capfd.readouterr()
     assert "make mlflow-ui" in captured.out

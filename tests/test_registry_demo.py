@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -58,7 +59,8 @@ def test_demo_registers_one_servable_version_with_the_candidate_alias(store, tmp
     from suffice.serving.model_uri import resolve_bundle_uri
 
     _, printed, out_dir = store
-    client = MlflowClient()
+    uri = os.environ["MLFLOW_TRACKING_URI"]
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
     versions = client.search_model_versions("name='suffice-sufficiency'")
     assert [str(v.version) for v in versions] == ["1"]  # one version, and it is the bundle (no second one from `export --register`)
     assert str(client.get_model_version_by_alias("suffice-sufficiency", "candidate").version) == "1"
