@@ -46,16 +46,26 @@ def iter_json_lines(path: str | os.PathLike) -> Iterator[tuple[int, Any]]:
     """
     with open(path, "rb") as f:
         for line_no, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                yield line_no, json.loads(line)
-            except json.JSONDecodeError as e:
-                raise JSONLError(f"{os.fspath(path)}, line {line_no}: not valid JSON ({e}); fix or remove the line",
-                                 line_no, f"{e.msg} at column {e.colno}") from e
-            except UnicodeDecodeError as e:
-                raise JSONLError(f"{os.fspath(path)}, line {line_no}: not valid JSON ({e}); fix or remove the line",
-                                 line_no, f"not UTF-8: {e.reason} at byte {e.start}") from e
+            if line.strip():
+                yield line_no, parse_json_line(line, path, line_no)
+
+
+def parse_json_line(line: bytes | str, path: str | os.PathLike, line_no: int) -> Any:
+    """One JSONL line's value; :class:`JSONLError` naming the file and line when it is not valid JSON.
+
+    For readers that go on after a bad line (``suffice score --on-error skip``).
+
+    >>> parse_json_line(b'{"a": 1}', "x.jsonl", 3)
+    {'a': 1}
+    """
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as e:
+        raise JSONLError(f"{os.fspath(path)}, line {line_no}: not valid JSON ({e}); fix or remove the line",
+                         line_no, f"{e.msg} at column {e.colno}") from e
+    except UnicodeDecodeError as e:
+        raise JSONLError(f"{os.fspath(path)}, line {line_no}: not valid JSON ({e}); fix or remove the line",
+                         line_no, f"not UTF-8: {e.reason} at byte {e.start}") from e
 
 
 def iter_jsonl(path: str | os.PathLike, what: str = "a JSON object") -> Iterator[tuple[int, dict[str, Any]]]:

@@ -106,14 +106,20 @@ def test_registry_alias_as_model_and_progress_with_throughput(bundle, tmp_path, 
     (['{"question": "Q?"}'], "neither a 'passages' nor a 'context' column"),
     (['["Q?", "c"]'], "expected a JSON object"),
 ])
-def test_bad_rows_are_named_and_leave_no_output(bundle, tmp_path, capsys, lines, message):
+def test_bad_rows_are_named_and_completed_chunks_kept(bundle, tmp_path, capsys, lines, message):
     from suffice.serving.batch import main
 
     (tmp_path / "in.jsonl").write_text("\n".join(lines) + "\n")
     assert main(["--input", str(tmp_path / "in.jsonl"), "--output", str(tmp_path / "out.jsonl"), "--model", str(bundle),
                  "--chunk-rows", "1", "--no-progress"]) == 2
-    assert message in capsys.readouterr().err
-    assert not (tmp_path / "out.jsonl").exists() and not (tmp_path / "out.jsonl.partial").exists()
+    err = capsys.readouterr().err
+    assert message in err and "--on-error skip" in err
+    assert not (tmp_path / "out.jsonl").exists()
+    if len(lines) == 1:  # nothing was complete: nothing kept
+        assert not (tmp_path / "out.jsonl.partial").exists() and not (tmp_path / "out.jsonl.progress.json").exists()
+    else:  # the chunk before the bad row stays, ready for --resume
+        assert len((tmp_path / "out.jsonl.partial").read_text().splitlines()) == 1 and "--resume" in err
+        assert json.loads((tmp_path / "out.jsonl.progress.json").read_text())["rows"] == 1
 
 
 @pytest.mark.parametrize("args, message", [

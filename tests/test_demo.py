@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from suffice.training import demo
@@ -10,7 +11,11 @@ from suffice.training import demo
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "train20.jsonl"
 
 
-def test_demo_runs_train_register_and_export(tiny_bert, tmp_path, capsys, monkeypatch):
+def test_demo_without_export_registers_nothing_servable(tiny_bert, tmp_path, capfd, monkeypatch):
+    """--no-export: the trained-model folder is registered as suffice-sufficiency-model, and the log says that
+    nothing servable went under suffice-sufficiency (the export-and-register path is tests/test_registry_demo.py)."""
+    from mlflow.tracking import MlflowClient
+
     monkeypatch.setenv("ACCELERATE_CONFIG_FILE", str(tmp_path / "none.yaml"))
     out = tmp_path / "model"
     cfg = tmp_path / "tiny.yaml"
@@ -21,8 +26,13 @@ def test_demo_runs_train_register_and_export(tiny_bert, tmp_path, capsys, monkey
     ])
     assert rc == 0
     meta = json.loads((out / "suffice_model.json").read_text())
-    assert meta["mlflow"]["version"] and meta["task"] == "sufficiency"
-    assert "make mlflow-ui" in capsys.readouterr().out
+    assert meta["mlflow"]["version"] == "1" and meta["mlflow"]["registered_model"] == "suffice-sufficiency-model"
+    uri = os.environ["MLFLOW_TRACKING_URI"]  # this test's store (mlflow keeps a process-wide URI once set)
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    assert client.search_model_versions("name='suffice-sufficiency'") == []
+    captured = capfd.readouterr()
+    assert "make mlflow-ui" in captured.out
+    assert "nothing servable was registered under suffice-sufficiency (export: false)" in captured.err
 
 
 def test_demo_rejects_stray_arguments(capsys):

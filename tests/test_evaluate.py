@@ -55,7 +55,7 @@ def test_models_uri_resolves_and_the_evaluation_is_logged(model, tmp_path, monke
     path, env = model
     for k, v in env.items():
         monkeypatch.setenv(k, v)
-    assert main(["--model", "models:/suffice-sufficiency/1", "--split", "validation", "--baselines", "tfidf_lr",
+    assert main(["--model", "models:/suffice-sufficiency-model/1", "--split", "validation", "--baselines", "tfidf_lr",
                  "--out", str(tmp_path / "ev")]) == 0
     out = capsys.readouterr().out
     assert "model / overall" in out and "tfidf_lr / overall" in out and "keyword_coverage" not in out

@@ -93,8 +93,8 @@ def test_uniform_soup_is_the_mean_of_its_ingredients_and_is_tracked_and_register
     for key in ("ingredient_0_val_macro_f1", "ingredient_1_val_source_macro_f1", "val_macro_f1", "val_temperature", "test_macro_f1"):
         assert key in r.data.metrics, key
     assert r.data.tags["finetune"] == "soup"
-    assert summary["registered"] == "models:/suffice-sufficiency/1"
-    mv = client.get_model_version("suffice-sufficiency", "1")
+    assert summary["registered_model_dir"] == "models:/suffice-sufficiency-model/1" and "registered" not in summary  # no bundle: nothing servable
+    mv = client.get_model_version("suffice-sufficiency-model", "1")
     assert mv.tags["finetune"] == "soup" and mv.run_id == r.info.run_id
     assert "soup of" in capsys.readouterr().out
 

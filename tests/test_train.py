@@ -64,7 +64,7 @@ def test_lora_run_writes_the_model_directory_contract(trained, tiny_bert_dir):
     assert meta["calibration"]["method"] == "temperature" and meta["calibration"]["temperature"] > 0
     assert meta["thresholds"] == {"sufficient": 0.8, "partial": 0.5}
     assert meta["label_source"] == "autorater" and len(meta["data_hash"]) == 16
-    assert meta["mlflow"]["registered_model"] == "suffice-sufficiency" and meta["mlflow"]["version"] == "1"
+    assert meta["mlflow"]["registered_model"] == "suffice-sufficiency-model" and meta["mlflow"]["version"] == "1"  # export: false
     assert set(meta["metrics"]["test"]) >= {"accuracy", "macro_f1", "auroc", "ece", "kappa_autorater"}
     json.dumps(meta, allow_nan=False)  # strict JSON: NaN became null
 
@@ -126,8 +126,9 @@ def test_mlflow_run_has_params_metrics_artifacts_and_a_registered_version(traine
         assert name in files, name
     assert not any(f.startswith("model/checkpoints") for f in files)
 
-    mv = client.get_model_version("suffice-sufficiency", "1")
+    mv = client.get_model_version("suffice-sufficiency-model", "1")  # the trained-model folder; export: false, so no bundle version
     assert mv.run_id == run_.info.run_id and mv.source.endswith("/model")
+    assert client.search_model_versions("name='suffice-sufficiency'") == []
     for tag in ("base_model", "label_source", "data_hash", "test_macro_f1"):
         assert tag in mv.tags, tag
     assert mv.tags["label_source"] == "autorater"

@@ -40,6 +40,6 @@ def test_accelerate_launch_smoke(tiny_bert, tmp_path):
            "--baselines=[tfidf_lr]"]
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "effective batch 4" in proc.stdout and "registered: models:/suffice-sufficiency/1" in proc.stdout
+    assert "effective batch 4" in proc.stdout and "(registered as models:/suffice-sufficiency-model/1)" in proc.stdout
     meta = json.loads((out / "suffice_model.json").read_text())
     assert meta["mlflow"]["version"] == "1" and (out / "model.safetensors").is_file()

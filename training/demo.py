@@ -2,9 +2,14 @@
 
 1. prepare the shared data and print its table (counts, label balance, teacher vs gold);
 2. train the short default config with ``accelerate launch`` (LoRA on all-MiniLM-L6-v2,
-   autorater labels), which evaluates on test next to the baselines, registers the model in
-   MLflow and exports the ONNX bundle;
-3. print where the model, the bundle and the MLflow UI are.
+   autorater labels), which evaluates on test next to the baselines, exports the ONNX bundle
+   and registers it in MLflow as a pyfunc model (``suffice-sufficiency``; the trained-model
+   folder goes to ``suffice-sufficiency-model``);
+3. point the alias ``candidate`` at the new bundle version (checked to resolve to a valid
+   bundle) and print the commands that use it: ``suffice serve``, ``suffice score``,
+   ``mlflow.pyfunc.load_model``, and ``suffice promote`` to make it ``production``.
+
+With ``--no-export`` nothing servable is registered (and no alias is set).
 
 Extra ``--key=value`` arguments are passed to the training config, e.g.
 ``suffice demo --max_train_items=2000``.
@@ -49,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         rc = data_cli.main(["prepare", "--config", args.data_config])
         if rc:
             return rc
-    print("\n== 2/2  train, evaluate on test, register in MLflow, export the bundle ==", flush=True)
+    print("\n== 2/2  train, evaluate on test, export the bundle, register it in MLflow ==", flush=True)
     out_dir = next((o.split("=", 1)[1] for o in overrides if o.startswith("--output_dir=")), None)
     if out_dir is None:
         out_dir = str(REPO_ROOT / "models" / time.strftime("demo-%Y%m%d-%H%M%S"))
@@ -61,20 +66,70 @@ def main(argv: list[str] | None = None) -> int:
         *([] if args.no_export else ["--export=true"]), *overrides,
     ]
     print("$ " + shlex.join(["accelerate", "launch", *cmd[3:]]), flush=True)
+    store = next((o.split("=", 1)[1] for o in overrides if o.startswith("--tracking.tracking_uri=")), None)
+    if store:  # the alias goes into the store training registered in
+        os.environ["MLFLOW_TRACKING_URI"] = store
     env = dict(os.environ)
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     rc = subprocess.call(cmd, env=env)
     if rc:
         print(f"suffice demo: training failed with exit code {rc} (see the messages above)", file=sys.stderr)
         return rc
-    bundle = Path(out_dir) / "bundle"
+    export_dir = next((o.split("=", 1)[1] for o in overrides if o.startswith("--export_dir=")), None)
+    bundle = Path(export_dir) if export_dir else Path(out_dir) / "bundle"
+    rc = 0
     if (bundle / MANIFEST_NAME).is_file():
         print(f"bundle: {bundle}")
+        rc = set_candidate(bundle)
+    elif not args.no_export:
+        print(f"suffice demo: training wrote no bundle under {bundle} (the export failed: see above)", file=sys.stderr)
+        rc = 1
     print(f"\ndemo finished in {time.perf_counter() - t0:.0f} s.")
     print("Compare runs and registered versions in the MLflow UI: `make mlflow-ui`, then open http://127.0.0.1:5000")
-    print("Score with the bundle: python -c \"from suffice.serving import SufficiencyScorer; "
-          "print(SufficiencyScorer.load('<bundle dir>').score('question?', ['passage']))\"")
+    return rc
+
+
+CANDIDATE_ALIAS = "candidate"
+
+
+def set_candidate(bundle: Path) -> int:
+    """Point ``candidate`` at the version training registered for ``bundle`` and print how to use it; 1 when it cannot."""
+    from suffice.serving.bundle import read_manifest
+    from suffice.training.export.registry import RegistryError, promote
+
+    m = read_manifest(bundle)
+    if not (m.registered_model and m.model_version):
+        print(f"suffice demo: the bundle {bundle} was not registered (tracking off, or registration failed: see above); "
+              f"register it with `suffice export --model {bundle.parent} --out {bundle} --overwrite --register`", file=sys.stderr)
+        return 1
+    try:
+        promote(m.registered_model, m.model_version, CANDIDATE_ALIAS)
+    except RegistryError as e:
+        print(f"suffice demo: could not set the alias {CANDIDATE_ALIAS}: {e}", file=sys.stderr)
+        return 1
+    uri = f"models:/{m.registered_model}@{CANDIDATE_ALIAS}"
+    print(f"\nregistered {m.registered_model} version {m.model_version} (alias {CANDIDATE_ALIAS}): {uri}")
+    for line in usage_commands(m.registered_model, m.model_version):
+        print(line)
     return 0
+
+
+def usage_commands(name: str, version: str, alias: str = CANDIDATE_ALIAS) -> list[str]:
+    """The README's commands for a registered bundle version (what the demo prints at the end).
+
+    >>> usage_commands("suffice-sufficiency", "1")[1]
+    '  suffice serve --bundle models:/suffice-sufficiency@candidate'
+    """
+    uri = f"models:/{name}@{alias}"
+    return [
+        "Use it:",
+        f"  suffice serve --bundle {uri}",
+        f"  suffice score --input items.jsonl --output scored.jsonl --model {uri}",
+        f"  python -c \"import mlflow, pandas as pd; m = mlflow.pyfunc.load_model('{uri}'); "
+        "print(m.predict(pd.DataFrame([{'question': 'Who founded Lima?', 'context': 'Lima was founded by Pizarro.'}])))\"",
+        "Make it production (then serve models:/{0}@production):".format(name),
+        f"  suffice promote --name {name} --version {version} --alias production",
+    ]
 
 
 if __name__ == "__main__":

@@ -57,7 +57,7 @@ def resolve_model(model: str) -> Path:
         return p
     if find_dir(download(model), MANIFEST_NAME) is not None:
         return resolve_bundle(model)  # validated: manifest and checksums
-    return resolve_model_dir(model)  # versions registered by training point at the model directory
+    return resolve_model_dir(model)  # versions of suffice-sufficiency-model point at a trained-model directory
 
 
 def model_info(path: Path) -> dict[str, Any]:

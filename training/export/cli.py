@@ -5,7 +5,7 @@ Export and parity are one step. The bundle is first assembled in a temporary fol
 bundle behind. A failed check exits 3 naming the check and the largest difference.
 
     suffice export --model runs/2025-01-01/model --out bundles/sufficiency-v3 --validation-data data/validation.jsonl
-    suffice export --model models:/suffice-sufficiency/3 --out bundles/v3 --register
+    suffice export --model models:/suffice-sufficiency-model/3 --out bundles/v3 --register
 """
 
 from __future__ import annotations

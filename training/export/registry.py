@@ -207,16 +207,21 @@ def save_pyfunc_model(bundle_dir: str | Path, path: str | Path, manifest: Bundle
     return path
 
 
-def register_bundle(bundle_dir: str | Path, run_id: str | None = None, name: str | None = None) -> tuple[str, str]:
+def register_bundle(bundle_dir: str | Path, run_id: str | None = None, name: str | None = None, *, client=None,
+                    tags: dict[str, str] | None = None, description: str | None = None) -> tuple[str, str]:
     """Log ``bundle_dir`` as the ``bundle`` artifact of its training run and register it.
 
-    A sufficiency bundle is logged as an MLflow pyfunc model (:func:`save_pyfunc_model`); a
-    retrieval-gate bundle as its plain folder.
+    This is the only way a version of ``suffice-sufficiency`` / ``suffice-retrieval-gate`` is
+    made, so every version is servable: a sufficiency bundle is logged as an MLflow pyfunc model
+    (:func:`save_pyfunc_model`: flavour, signature, input example), a retrieval-gate bundle as its
+    plain folder. Training calls it when it exports (``export: true``); ``suffice export
+    --register`` for a bundle exported later.
 
     The run is ``run_id``, else the manifest's ``mlflow_run_id``, else a new run in the
     ``suffice-export`` experiment. The version number is written into the manifest (which is
     not itself checksummed) before the files are logged, so the registered copy names itself.
-    Returns (registered model name, version).
+    ``client``: the MlflowClient to use (default: the project's store); ``tags`` and
+    ``description`` go on the version. Returns (registered model name, version).
 
     >>> register_bundle("bundles/v3")  # doctest: +SKIP
     ('suffice-sufficiency', '3')
@@ -224,7 +229,7 @@ def register_bundle(bundle_dir: str | Path, run_id: str | None = None, name: str
     bundle = Path(bundle_dir)
     manifest = verify_bundle(bundle)
     name = name or REGISTERED_NAMES[manifest.task]
-    client = mlflow_client()
+    client = client or mlflow_client()
     run_id = run_id or manifest.mlflow_run_id
     if run_id:
         try:
@@ -243,7 +248,9 @@ def register_bundle(bundle_dir: str | Path, run_id: str | None = None, name: str
         client.create_registered_model(name, description="suffice exported bundles as MLflow pyfunc models "
                                        "(suffice.serving on ONNX Runtime; the bundle is under data/bundle)")
     source = client.get_run(run_id).info.artifact_uri.rstrip("/") + "/bundle"
-    mv = client.create_model_version(name, source=source, run_id=run_id, tags={"task": manifest.task, **({"flavor": "python_function"} if manifest.task == "sufficiency" else {})})
+    version_tags = {**(tags or {}), "task": manifest.task, **({"flavor": "python_function"} if manifest.task == "sufficiency" else {})}
+    mv = client.create_model_version(name, source=source, run_id=run_id, tags={k: str(v) for k, v in version_tags.items() if v is not None},
+                                     description=description or None)
     from dataclasses import replace
 
     manifest = replace(manifest, registered_model=name, model_version=str(mv.version), mlflow_run_id=run_id)

@@ -3,7 +3,7 @@
 :func:`finalize`: temperature scaling and thresholds fitted on validation logits, the calibrated
 validation report, the test report next to the baselines, ``suffice_model.json``
 (:class:`~suffice.training.fit.meta.ModelMeta`), the model directory, evaluation artifacts, a
-registered version and (``export: true``) the ONNX bundle.
+(``export: true``) the ONNX bundle, and the registered versions (:func:`save_and_register`).
 """
 
 from __future__ import annotations
@@ -111,7 +111,17 @@ def finalize(cfg: TrainConfig, accelerator, model, *, val_logits: np.ndarray, en
 
 def save_and_register(cfg: TrainConfig, model, base_dir: Path, out_dir: Path, meta: ModelMeta, test_report, tracker,
                       state: TrainState, val_ds) -> dict[str, Any]:
-    """Main process: model directory, evaluation artifacts, registered version, model artifacts, bundle."""
+    """Main process: model directory, evaluation artifacts, bundle, registered versions, model artifacts.
+
+    What is registered (``tracking.register``), so that every version of ``registered_model``
+    (``suffice-sufficiency``) is a servable bundle:
+
+    - ``export: true``: the exported bundle, as an MLflow pyfunc model, under ``registered_model``
+      (:func:`suffice.training.export.registry.register_bundle`);
+    - always: the trained-model folder (merged model, adapter, ``suffice_model.json``) under
+      ``registered_model + "-model"`` (``suffice-sufficiency-model``), which ``suffice export``,
+      ``evaluate`` and ``soup`` read; it is never served.
+    """
     from suffice.training.fit.model import save_model_dir
 
     out: dict[str, Any] = {}
@@ -124,21 +134,58 @@ def save_and_register(cfg: TrainConfig, model, base_dir: Path, out_dir: Path, me
         (ev_dir / "test_table.txt").write_text(ev.render_report(test_report) + "\n")
         tracker.log_metrics(ev.report_metrics(test_report, "test"), step=state.epoch)
         tracker.log_artifacts(ev_dir, "evaluation")
-    test = meta.metrics.get("test") or {}
-    finetune = meta.finetune or cfg.finetune  # "soup" for an averaged model (suffice soup)
+    out["bundle"] = maybe_export(cfg, out_dir, val_ds, meta, tracker)
     if cfg.tracking.register and tracker.enabled:
-        version = tracker.register(cfg.registered_model, "model", tags={
-            "task": cfg.task, "base_model": cfg.base_model, "label_source": meta.label_source, "data_hash": meta.data_hash,
-            "finetune": finetune, "label_scheme": cfg.label_scheme,
-            "test_macro_f1": f"{test['macro_f1']:.4f}" if test.get("macro_f1") is not None else "n/a",
-            "test_auroc": f"{test['auroc']:.4f}" if test.get("auroc") is not None else "n/a"},
-            description=f"{state.run_name}: {finetune} on {cfg.base_model}, {meta.label_source} labels, data {meta.data_hash}")
-        meta.mlflow = {"run_id": state.mlflow_run_id, "registered_model": cfg.registered_model, "version": version}
-        meta.write(out_dir)
-        out["registered"] = f"models:/{cfg.registered_model}/{version}"
+        out.update(register_versions(cfg, out_dir, meta, out["bundle"], tracker, state))
+    if out["bundle"] and not out.get("registered"):
+        tracker.log_artifacts(out["bundle"], "bundle")  # unregistered (or registration failed): still a run artifact
     if cfg.tracking.log_model_artifacts:
         log_model_dir(tracker, out_dir)
-    out["bundle"] = maybe_export(cfg, out_dir, val_ds, meta, tracker)
+    return out
+
+
+def trained_model_name(cfg: TrainConfig) -> str:
+    """The registered name of trained-model folders: ``suffice-sufficiency-model`` for ``suffice-sufficiency``."""
+    return f"{cfg.registered_model}-model"
+
+
+def register_versions(cfg: TrainConfig, out_dir: Path, meta: ModelMeta, bundle: str | None, tracker, state: TrainState) -> dict[str, Any]:
+    """Register the bundle (when there is one) and the trained-model folder; write the versions into ``suffice_model.json``.
+
+    Returns ``registered`` (the bundle's ``models:/`` URI, absent when nothing servable was
+    registered) and ``registered_model_dir``.
+    """
+    from suffice.training.export.registry import RegistryError, register_bundle
+
+    test = meta.metrics.get("test") or {}
+    finetune = meta.finetune or cfg.finetune  # "soup" for an averaged model (suffice soup)
+    tags = {"task": cfg.task, "base_model": cfg.base_model, "label_source": meta.label_source, "data_hash": meta.data_hash,
+            "finetune": finetune, "label_scheme": cfg.label_scheme,
+            "test_macro_f1": f"{test['macro_f1']:.4f}" if test.get("macro_f1") is not None else "n/a",
+            "test_auroc": f"{test['auroc']:.4f}" if test.get("auroc") is not None else "n/a"}
+    description = f"{state.run_name}: {finetune} on {cfg.base_model}, {meta.label_source} labels, data {meta.data_hash}"
+    out: dict[str, Any] = {}
+    model_name = trained_model_name(cfg)
+    model_version = tracker.register(model_name, "model", tags=tags, description=description)
+    meta.mlflow = {"run_id": state.mlflow_run_id, "registered_model": model_name, "version": model_version}
+    out["registered_model_dir"] = f"models:/{model_name}/{model_version}"
+    if bundle is None:
+        why = "export: false" if not cfg.export else "the export failed (see above)"
+        print(f"registered the trained model as {out['registered_model_dir']}; nothing servable was registered under "
+              f"{cfg.registered_model} ({why}): export and register a bundle with "
+              f"`suffice export --model {out['registered_model_dir']} --out bundles/{state.run_name} --register`", file=sys.stderr)
+    else:
+        try:
+            name, version = register_bundle(bundle, run_id=state.mlflow_run_id, name=cfg.registered_model, client=tracker.client,
+                                            tags={**tags, "model_dir": out["registered_model_dir"]}, description=description)
+        except RegistryError as e:
+            print(f"could not register the bundle {bundle}: {e}\nregister it later with `suffice export --model "
+                  f"{out['registered_model_dir']} --out {bundle} --register`", file=sys.stderr)
+            tracker.set_tags({"register_error": str(e)[:500]})
+        else:
+            out["registered"] = f"models:/{name}/{version}"
+            meta.mlflow["bundle"] = out["registered"]
+    meta.write(out_dir)
     return out
 
 
@@ -156,8 +203,9 @@ def log_model_dir(tracker, out_dir: Path) -> None:
 def maybe_export(cfg: TrainConfig, out_dir: Path, val_ds, meta: ModelMeta, tracker) -> str | None:
     """``export: true``: write the ONNX bundle with :mod:`suffice.training.export`.
 
-    A failed export (a parity check, say) is reported and tagged on the run, but the trained,
-    registered model stays: export can be re-run later with ``suffice export --model DIR``.
+    A failed export (a parity check, say) is reported and tagged on the run, but the trained
+    model stays: export can be re-run later with ``suffice export --model DIR``. The bundle is
+    logged and registered by :func:`save_and_register`.
     """
     if not cfg.export:
         return None
@@ -168,8 +216,7 @@ def maybe_export(cfg: TrainConfig, out_dir: Path, val_ds, meta: ModelMeta, track
     n = min(200, len(val_ds))
     items = [{"question": q, "passages": p, "label": int(lab == pos)}
              for q, p, lab in zip(val_ds["question"][:n], val_ds["passages"][:n], val_ds["labels"][:n])]
-    kwargs = dict(validation_items=items, overwrite=True, registered_model=meta.mlflow.get("registered_model"),
-                  model_version=meta.mlflow.get("version"))
+    kwargs = dict(validation_items=items, overwrite=True)  # registration (after this) writes name and version into the manifest
     try:
         try:
             path = export_bundle(out_dir, bundle_dir, **kwargs)
@@ -185,5 +232,4 @@ def maybe_export(cfg: TrainConfig, out_dir: Path, val_ds, meta: ModelMeta, track
         print(f"export failed: {e}\nthe model directory {out_dir} is complete; retry with `suffice export --model {out_dir}`", file=sys.stderr)
         tracker.set_tags({"export_error": str(e)[:500]})
         return None
-    tracker.log_artifacts(path, "bundle")
     return str(path)

@@ -180,7 +180,8 @@ def run_summary(cfg: TrainConfig, accelerator, tracker, state: TrainState, run_n
                         step=state.epoch)
     tracker.set_tags({"stopped_early": state.stopped_early, "output_dir": str(out_dir)})
     accelerator.print(
-        f"\nmodel: {out_dir}" + (f"\nregistered: {summary['registered']}" if summary.get("registered") else "")
+        f"\nmodel: {out_dir}" + (f" (registered as {summary['registered_model_dir']})" if summary.get("registered_model_dir") else "")
+        + (f"\nregistered: {summary['registered']} (the bundle: serve, score, pyfunc)" if summary.get("registered") else "")
         + (f"\nbundle: {summary['bundle']}" if summary.get("bundle") else "")
         + (f"\nMLflow run {state.mlflow_run_id}: {ui_command(cfg.tracking.tracking_uri)}" if tracker.enabled else "")
         + f"\nwall time {total:.0f} s (training {train_seconds:.0f} s)"

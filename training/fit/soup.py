@@ -7,7 +7,7 @@ each ingredient learnt better than any of them alone. Here, for instance, the de
 one that keeps squad2 and gains on the other two (README, "Model soups").
 
     suffice soup --models models/a models/b models/c --output_dir models/soup
-    suffice soup --models models:/suffice-sufficiency/2 models/b --method uniform --output_dir models/soup
+    suffice soup --models models:/suffice-sufficiency-model/2 models/b --method uniform --output_dir models/soup
     suffice soup --models models/a models/b --output_dir models/soup --export=true   # any TrainConfig key
 
 Methods:
@@ -73,7 +73,7 @@ def resolve_ingredient(spec: str) -> Ingredient:
     path = resolve_model(spec)
     if (path / MANIFEST_NAME).is_file() and not (path / MODEL_META).is_file():
         raise SoupError(f"{spec} is an exported bundle (ONNX weights): soup the trained-model directories that `suffice train` "
-                        "writes (registered versions of suffice-sufficiency point at them)")
+                        "writes (registered versions of suffice-sufficiency-model point at them)")
     if not (path / MODEL_META).is_file() or not (path / "model.safetensors").is_file():
         raise SoupError(f"{spec}: {path} has no {MODEL_META} and model.safetensors; give a trained-model directory written by `suffice train`")
     return Ingredient(spec, path, read_model_meta(path))

@@ -1,0 +1,120 @@
+"""`make demo` → serve → score → promote → pyfunc, as the README says, on the tiny model.
+
+One module-scoped `suffice demo` run (tiny random BERT, the 20-row fixture, export on) trains,
+exports, registers the bundle as `suffice-sufficiency` version 1 and points `candidate` at it; the
+tests then walk the commands the demo prints and the README's registry section.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from pyfunc_support import MIXED_ROWS, mlflow_store
+
+pytest.importorskip("optimum")
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "train20.jsonl"
+CANDIDATE = "models:/suffice-sufficiency@candidate"
+
+
+@pytest.fixture(scope="module")
+def demo_store(tmp_path_factory, tiny_bert_dir):
+    """(mlflow store folder, demo stdout, model dir) after one `suffice demo` with export."""
+    from suffice.training import demo
+
+    root = tmp_path_factory.mktemp("demo-registry")
+    cfg = root / "tiny.yaml"
+    cfg.write_text("task: sufficiency\nnum_train_epochs: 1\n")
+    out_dir = root / "model"
+    with pytest.MonkeyPatch.context() as mp, mlflow_store(root / "mlruns"):
+        for k, v in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+                     "SUFFICE_PREPARED_DIR": str(root / "prepared"), "ACCELERATE_CONFIG_FILE": str(root / "none.yaml")}.items():
+            mp.setenv(k, v)
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            rc = demo.main(["--skip-data", "--config", str(cfg), f"--train_file={FIXTURE}", f"--base_model={tiny_bert_dir}",
+                            f"--output_dir={out_dir}", "--max_length=64", "--per_device_train_batch_size=4", "--lora.r=4",
+                            "--torch_threads=1", "--baselines=[]", "--evaluate_test=false"])
+    assert rc == 0, buf.getvalue()[-3000:]
+    return root / "mlruns", buf.getvalue(), out_dir
+
+
+@pytest.fixture
+def store(demo_store, monkeypatch):
+    root, printed, out_dir = demo_store
+    with mlflow_store(root, monkeypatch):
+        yield root, printed, out_dir
+
+
+def test_demo_registers_one_servable_version_with_the_candidate_alias(store, tmp_path, capsys):
+    from mlflow.tracking import MlflowClient
+
+    from suffice.serving import SufficiencyScorer
+    from suffice.serving.batch import main as score_main
+    from suffice.serving.model_uri import resolve_bundle_uri
+
+    _, printed, out_dir = store
+    uri = os.environ["MLFLOW_TRACKING_URI"]
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    versions = client.search_model_versions("name='suffice-sufficiency'")
+    assert [str(v.version) for v in versions] == ["1"]  # one version, and it is the bundle (no second one from `export --register`)
+    assert str(client.get_model_version_by_alias("suffice-sufficiency", "candidate").version) == "1"
+    assert [str(v.version) for v in client.search_model_versions("name='suffice-sufficiency-model'")] == ["1"]
+    meta = json.loads((out_dir / "suffice_model.json").read_text())
+    assert meta["mlflow"]["registered_model"] == "suffice-sufficiency-model" and meta["mlflow"]["bundle"] == "models:/suffice-sufficiency/1"
+
+    bundle = resolve_bundle_uri(CANDIDATE)  # serving's resolver
+    mlmodel = (bundle.parent.parent / "MLmodel").read_text()  # data/bundle inside the pyfunc model folder
+    assert "python_function" in mlmodel and "signature:" in mlmodel and "saved_input_example_info" in mlmodel
+    manifest = json.loads((bundle / "suffice.json").read_text())
+    assert manifest["registered_model"] == "suffice-sufficiency" and manifest["model_version"] == "1"
+    r = SufficiencyScorer.load(bundle).score("When did Chopin leave Warsaw?", ["Chopin left Warsaw in 1830."])
+    assert 0.0 <= r.score <= 1.0 and r.level in ("sufficient", "partial", "insufficient")
+
+    src = tmp_path / "items.jsonl"
+    src.write_text("".join(json.dumps(row) + "\n" for row in MIXED_ROWS))
+    capsys.readouterr()
+    assert score_main(["--input", str(src), "--output", str(tmp_path / "scored.jsonl"), "--model", CANDIDATE, "--no-progress"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["rows"] == len(MIXED_ROWS)
+
+    for line in ("suffice serve --bundle models:/suffice-sufficiency@candidate",
+                 "suffice score --input items.jsonl --output scored.jsonl --model models:/suffice-sufficiency@candidate",
+                 "mlflow.pyfunc.load_model('models:/suffice-sufficiency@candidate')",
+                 "suffice promote --name suffice-sufficiency --version 1 --alias production"):
+        assert line in printed, line
+
+
+def test_the_readme_commands_run_after_the_demo(store, tmp_path, capsys):
+    """serve (the app `suffice serve` builds), score, promote to production, pyfunc load_model + predict."""
+    import mlflow
+    import pandas as pd
+    from fastapi.testclient import TestClient
+
+    from suffice.serving.batch import main as score_main
+    from suffice.serving.service import build_service, load_service_config
+    from suffice.training.cli import main as suffice
+
+    app, _, _ = build_service("models:/suffice-sufficiency/1", load_service_config(None))
+    with TestClient(app) as c:
+        r = c.post("/v1/sufficiency", json={"question": "When did Chopin leave Warsaw?", "passages": ["Chopin left Warsaw in 1830."]})
+    assert r.status_code == 200, r.text
+    assert r.json()["level"] in ("sufficient", "partial", "insufficient")
+
+    assert suffice(["promote", "--name", "suffice-sufficiency", "--version", "1", "--alias", "production"]) == 0
+    src = tmp_path / "items.jsonl"
+    src.write_text("".join(json.dumps(row) + "\n" for row in MIXED_ROWS))
+    assert score_main(["--input", str(src), "--output", str(tmp_path / "scored.parquet"), "--model",
+                       "models:/suffice-sufficiency@production", "--no-progress"]) == 0
+
+    model = mlflow.pyfunc.load_model("models:/suffice-sufficiency@production")
+    out = model.predict(pd.DataFrame([
+        {"question": "Where is the Eiffel Tower?", "passages": [{"title": "Paris", "text": "The Eiffel Tower is in Paris."}]},
+        {"question": "When did Chopin leave Warsaw?", "passages": ["Chopin left Warsaw in 1830."]},
+        {"question": "Who founded Lima?", "context": "Lima is the capital of Peru."},
+    ]))
+    assert list(out.columns) == ["score", "level", "latency_ms"] and len(out) == 3
