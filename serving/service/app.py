@@ -42,6 +42,7 @@ from suffice.serving.service.retrievers import Retriever, load_retriever
 from suffice.serving.service.routes import router
 from suffice.serving.service.state import ServiceState, model_version_of
 from suffice.serving.service.upstream import UpstreamClient
+from suffice.serving.service.verdicts import VerdictCache
 
 # the names this module offered before the service was split into modules (for one release)
 __all__ = ["ApiError", "ModelQueue", "QueueFullError", "RedactingFilter", "Redactor", "ServiceState", "create_app",
@@ -75,6 +76,7 @@ def create_app(config: ServiceConfig, scorer: Any, *, retrieval_gate: Any = None
         retrieval_gate=retrieval_gate, retriever=retriever,
         key_digests=[key_digest(k) for k in api_keys], upstream_key=upstream_api_key,
         model_version=model_version_of(scorer),
+        verdicts=VerdictCache(config.sufficient_context.cache_ttl_s, config.sufficient_context.cache_size),
     )
     app = FastAPI(
         title="suffice",

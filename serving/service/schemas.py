@@ -217,12 +217,17 @@ class ChatRequest(BaseModel):
 
 
 class SufficiencyMeta(BaseModel):
+    """The gateway's verdict on a chat request (also in the X-Suffice-Level / -Action / -Score / -Caveat headers)."""
+
     score: float | None
-    level: Literal[LEVELS] | None
+    level: Literal[(*LEVELS, "unscored")] | None
     factors: list[Factor]
     missing_aspects: list[str] = Field(default_factory=list)
     action: Literal["forwarded", "forwarded_with_caveat", "declined", "unscored"]
-    documents: dict[str, Any] = Field(default_factory=dict, description="admitted ids and excluded {id, reason}")
+    documents: dict[str, Any] = Field(default_factory=dict, description="source, admitted ids and excluded {id, reason}")
+    caveat: str | None = Field(None, description="Set when a caveat applies; with response_format or tools it is not in the content.")
+    reason: str | None = Field(None, description="Why the request was forwarded unscored (no documents, retrieval gate SKIP, ...).")
+    question_scored: str | None = Field(None, description="The part of a long turn that was scored (absent when the whole turn was).")
 
 
 class ChatCompletionOut(BaseModel):

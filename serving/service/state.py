@@ -15,6 +15,7 @@ from suffice.serving.service.metrics import ServiceMetrics
 from suffice.serving.service.queue import ModelQueue
 from suffice.serving.service.retrievers import Retriever
 from suffice.serving.service.upstream import UpstreamClient
+from suffice.serving.service.verdicts import VerdictCache
 
 
 def model_version_of(scorer: Any) -> str:
@@ -56,6 +57,7 @@ class ServiceState:
     ready: bool = False
     not_ready_reason: str = "starting: the model is not warmed up yet"
     model_version: str = "unknown"
+    verdicts: VerdictCache | None = None  # recent chat verdicts by request digest (None = no cache)
 
     def check_item(self, where: str, n_passages: int, n_chars: int, what: str = "passages") -> None:
         """413 when one item carries more passages or characters than ``limits`` allow."""
