@@ -34,6 +34,7 @@ from typing import Any, AsyncIterator, Sequence
 from fastapi import FastAPI
 
 from suffice.serving.service.config import ServiceConfig, read_api_keys, read_secret_env
+from suffice.serving.service.docs import add_docs
 from suffice.serving.service.errors import ApiError, RedactingFilter, Redactor, add_error_handlers, error_body
 from suffice.serving.service.metrics import ServiceMetrics
 from suffice.serving.service.middleware import FrontDoor, key_digest
@@ -83,7 +84,10 @@ def create_app(config: ServiceConfig, scorer: Any, *, retrieval_gate: Any = None
         version="1",
         summary="Is the retrieved context enough to answer this question? Sufficiency scoring, RAG gates and a sufficiency-aware chat gateway.",
         lifespan=lifespan_of(state, upstream_transport),
+        docs_url=None, redoc_url=None,  # /docs from local files (docs.py); ReDoc needs a CDN
+        redirect_slashes=False,  # no 307 to an absolute http:// URL for a trailing slash: a plain 404
     )
+    add_docs(app, "suffice")
     app.state.service = state
     add_error_handlers(app)
     app.include_router(router)

@@ -8,6 +8,7 @@ details only go to the (redacted) service log.
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
 from typing import Any, Mapping, Sequence
@@ -18,7 +19,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from suffice.serving.service.queue import QueueFullError
-from suffice.serving.service.schemas import UNION_TAGS
+from suffice.serving.service.schemas import MODEL_NAMES, UNION_TAGS
 
 log = logging.getLogger("suffice.service")
 
@@ -83,11 +84,40 @@ async def api_error(request: Request, exc: ApiError) -> JSONResponse:
                         status_code=exc.status, headers=exc.headers)
 
 
+# pydantic's names for the members of a union ("str", "function-after[valid_unicode(), str]", "PassageIn"):
+# internals a client should not see in a field path
+_INTERNAL_LOC = frozenset(("str", "int", "float", "bool", "none", "list", "dict", "is-instance", "lax-or-strict"))
+
+
+def public_loc(loc: Sequence[Any], model_names: frozenset[str] = frozenset()) -> str:
+    """A validation error's location as the client's field path (``body.passages.0.text``).
+
+    >>> public_loc(("body", "passages", 0, "function-after[valid_unicode(), str]"))
+    'body.passages.0'
+    """
+    parts = []
+    for x in loc:
+        if isinstance(x, str) and (x in UNION_TAGS or x in _INTERNAL_LOC or x in model_names or "[" in x or "(" in x):
+            continue
+        parts.append(str(x))
+    return ".".join(parts)
+
+
+def public_message(msg: str) -> str:
+    """pydantic's message without its class prefixes ("Value error, ..." -> "...")."""
+    for prefix in ("Value error, ", "Assertion failed, "):
+        if msg.startswith(prefix):
+            return msg[len(prefix):]
+    return msg
+
+
 async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
-    fields = []
+    fields: list[dict[str, str]] = []
     for e in exc.errors():
-        loc = ".".join(str(x) for x in e.get("loc", ()) if x not in UNION_TAGS)
-        fields.append({"field": loc, "message": str(e.get("msg", "")), "type": str(e.get("type", ""))})
+        f = {"field": public_loc(e.get("loc", ()), MODEL_NAMES), "message": public_message(str(e.get("msg", ""))),
+             "type": str(e.get("type", ""))}
+        if not any(g["field"] == f["field"] and g["message"] == f["message"] for g in fields):
+            fields.append(f)
     if any(f["type"] == "json_invalid" for f in fields):
         msg = "the body is not valid JSON: " + "; ".join(f"{f['field']}: {f['message']}" for f in fields)
         code = "invalid_json"
@@ -104,6 +134,23 @@ async def http_error(request: Request, exc: StarletteHTTPException) -> JSONRespo
     codes = {404: "not_found", 405: "method_not_allowed"}
     return JSONResponse(error_body(exc.status_code, codes.get(exc.status_code, "http_error"), str(exc.detail)),
                         status_code=exc.status_code, headers=getattr(exc, "headers", None))
+
+
+NESTED_TOO_DEEPLY = ("the JSON body is nested too deeply to parse (arrays/objects inside each other hundreds of "
+                     "levels deep): no field of this API nests more than a few levels, so flatten it")
+
+
+def too_deep(body: bytes) -> bool:
+    """True when ``body`` fails to parse only because it nests too deeply (Python's parser recursion limit)."""
+    if body.count(b"[") + body.count(b"{") < 800:  # Python's parser nests ~1000 deep: cheap check first
+        return False
+    try:
+        json.loads(body)
+    except RecursionError:
+        return True
+    except ValueError:
+        return False
+    return False
 
 
 async def queue_full(request: Request, exc: QueueFullError) -> JSONResponse:

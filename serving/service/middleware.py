@@ -13,12 +13,12 @@ import json
 import time
 from typing import Any, Callable, Mapping
 
-from suffice.serving.service.errors import error_body
+from suffice.serving.service.errors import NESTED_TOO_DEEPLY, error_body, too_deep
 from suffice.serving.service.state import ServiceState
 
 POST_ROUTES = ("/v1/sufficiency", "/v1/context-gate", "/v1/safety-check",
                "/v1/retrieval-gate", "/v1/chat/completions")
-KNOWN_ROUTES = frozenset(POST_ROUTES + ("/healthz", "/readyz", "/metrics", "/docs", "/redoc", "/openapi.json"))
+KNOWN_ROUTES = frozenset(POST_ROUTES + ("/v1/models", "/healthz", "/readyz", "/metrics", "/docs", "/redoc", "/openapi.json"))
 METHODS = frozenset(("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"))
 
 
@@ -100,6 +100,9 @@ class FrontDoor:
             body.decode("utf-8")
         except UnicodeDecodeError as e:
             await self._reply(send, 422, "invalid_json", f"the body is not UTF-8 encoded JSON (bad byte at position {e.start})")
+            return
+        if too_deep(body):
+            await self._reply(send, 422, "nested_too_deeply", NESTED_TOO_DEEPLY)
             return
         replayed = False
 

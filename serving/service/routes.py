@@ -134,6 +134,26 @@ async def retrieval_gate_route(req: RetrievalGateRequest, state: State) -> dict[
 async def chat_completions(req: ChatRequest, state: State) -> Response:
     return await chat_completion(state, req)
 
+@router.get("/v1/models", tags=["chat"], summary="The models the chat gateway serves (OpenAI list format)")
+async def list_models(state: State) -> dict[str, Any]:
+    return {"object": "list", "data": [model_card(state)]}
+
+@router.get("/v1/models/{model_id}", tags=["chat"], summary="One served model (OpenAI format)", responses={404: {"model": ErrorOut}})
+async def get_model(model_id: str, state: State) -> dict[str, Any]:
+    card = model_card(state)
+    if model_id != card["id"]:
+        raise ApiError(404, "model_not_found", f"model {model_id!r} is not served here: GET /v1/models lists {card['id']!r}",
+                       param="model_id")
+    return card
+
+def model_card(state: ServiceState) -> dict[str, Any]:
+    """The upstream model the gateway forwards to when a request names none (upstream.model)."""
+    return {"id": state.config.upstream.model, "object": "model", "created": int(state.started_at), "owned_by": "suffice"}
+
+@router.head("/healthz", include_in_schema=False)
+async def healthz_head() -> Response:
+    return Response(status_code=200)
+
 @router.get("/healthz", tags=["ops"], summary="Liveness: the process answers")
 async def healthz() -> dict[str, str]:
     return {"status": "ok"}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Sequence, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Strict as StrictMode, StrictBool, StrictInt, Tag, model_validator
 
 from suffice.serving.bundle import LEVELS
 from suffice.serving.service.config import MAX_DOCS_LIMIT
@@ -30,8 +30,12 @@ def not_blank(v: str) -> str:
 
 
 Text = Annotated[str, AfterValidator(valid_unicode)]
-NonBlank = Annotated[str, AfterValidator(valid_unicode), AfterValidator(not_blank)]
-Finite = Annotated[float, Field(allow_inf_nan=False)]
+# the schema states "non-blank" (minLength 1, a non-space character); the validator gives the friendly message
+NonBlank = Annotated[str, AfterValidator(valid_unicode), AfterValidator(not_blank),
+                     Field(json_schema_extra={"minLength": 1, "pattern": r"\S"})]
+# numbers are numbers: booleans and numeric strings are refused (JSON integers are fine as floats)
+Finite = Annotated[float, Field(allow_inf_nan=False), StrictMode()]
+Fraction = Annotated[float, Field(ge=0, le=1), StrictMode()]
 
 
 class Strict(BaseModel):
@@ -91,8 +95,8 @@ class ArtifactIn(Strict):
 class ContextGateRequest(Strict):
     artifacts: list[ArtifactIn]
     query: Text | None = Field(None, description="Defaults to the last message artifact.")
-    budget_tokens: int | None = Field(None, ge=1, le=1_000_000, description="Defaults to context_gate.budget_tokens.")
-    max_docs: int | None = Field(None, ge=0, le=MAX_DOCS_LIMIT, description="Defaults to context_gate.max_docs.")
+    budget_tokens: StrictInt | None = Field(None, ge=1, le=1_000_000, description="Defaults to context_gate.budget_tokens.")
+    max_docs: StrictInt | None = Field(None, ge=0, le=MAX_DOCS_LIMIT, description="Defaults to context_gate.max_docs.")
 
     @model_validator(mode="after")
     def _unique_ids(self) -> "ContextGateRequest":
@@ -132,20 +136,20 @@ class ChunkIn(Strict):
     text: Text
     score: Finite | None = None
     title: Text = ""
-    id: Union[Text, int, None] = None
+    id: Union[Text, StrictInt, None] = None
 
 
 class SafetyThresholdsIn(Strict):
     """Per-request overrides of the SafetyGate thresholds (omitted keys keep their defaults)."""
 
-    min_retrieval_confidence: float | None = Field(None, ge=0, le=1)
-    min_context_chars: int | None = Field(None, ge=0, le=10_000_000)
-    reject_insufficient: bool | None = None
-    min_relevance: float | None = Field(None, ge=0, le=1)
-    model_weight: float | None = Field(None, ge=0, le=1)
-    min_citation_coverage: float | None = Field(None, ge=0, le=1)
-    min_grounding: float | None = Field(None, ge=0, le=1)
-    support_overlap: float | None = Field(None, ge=0, le=1)
+    min_retrieval_confidence: Fraction | None = None
+    min_context_chars: StrictInt | None = Field(None, ge=0, le=10_000_000)
+    reject_insufficient: StrictBool | None = None
+    min_relevance: Fraction | None = None
+    model_weight: Fraction | None = None
+    min_citation_coverage: Fraction | None = None
+    min_grounding: Fraction | None = None
+    support_overlap: Fraction | None = None
 
 
 class SafetyRequest(Strict):
@@ -196,7 +200,7 @@ class ChatMessage(BaseModel):
 
 
 class DocumentIn(Strict):
-    id: Union[Text, int, None] = None
+    id: Union[Text, StrictInt, None] = None
     title: Text = ""
     text: Text
     score: Finite | None = None
@@ -212,7 +216,7 @@ class ChatRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
     model: str | None = None
     messages: list[ChatMessage] = Field(min_length=1)
-    stream: bool = False
+    stream: StrictBool = False
     documents: list[Union[Text, DocumentIn]] | None = None
 
 
@@ -257,6 +261,12 @@ ERRORS = {413: {"model": ErrorOut, "description": "Body, passages or characters 
           422: {"model": ErrorOut, "description": "Invalid JSON or schema; names the field"},
           503: {"model": ErrorOut, "description": "Model queue full; retry after Retry-After seconds"}}
 
+
+
+# the request models by class name: pydantic puts them in error locations of union members
+MODEL_NAMES = frozenset(c.__name__ for c in (PassageIn, SufficiencyRequest, ArtifactIn, ContextGateRequest, ChunkIn,
+                                             SafetyThresholdsIn, SafetyRequest, GateMessage, RetrievalGateRequest,
+                                             ContentPart, ChatMessage, DocumentIn, ChatRequest))
 
 
 def text_chars(items: Sequence[Any]) -> int:

@@ -6,6 +6,7 @@ handlers and the front door read it from there.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -58,6 +59,7 @@ class ServiceState:
     not_ready_reason: str = "starting: the model is not warmed up yet"
     model_version: str = "unknown"
     verdicts: VerdictCache | None = None  # recent chat verdicts by request digest (None = no cache)
+    started_at: float = field(default_factory=time.time)
 
     def check_item(self, where: str, n_passages: int, n_chars: int, what: str = "passages") -> None:
         """413 when one item carries more passages or characters than ``limits`` allow."""
