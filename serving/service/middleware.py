@@ -68,8 +68,9 @@ class FrontDoor:
         finally:
             self.state.metrics.observe_request(route, method_label, status_box[0], time.perf_counter() - t0)
 
-    async def _reply(self, send: Callable, status: int, code: str, message: str, headers: Mapping[str, str] | None = None) -> None:
-        body = json.dumps(error_body(status, code, message)).encode()
+    async def _reply(self, send: Callable, status: int, code: str, message: str, headers: Mapping[str, str] | None = None,
+                     param: str | None = None) -> None:
+        body = json.dumps(error_body(status, code, message, param)).encode()
         hdrs = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
         hdrs += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
         await send({"type": "http.response.start", "status": status, "headers": hdrs})
@@ -102,7 +103,7 @@ class FrontDoor:
             await self._reply(send, 422, "invalid_json", f"the body is not UTF-8 encoded JSON (bad byte at position {e.start})")
             return
         if too_deep(body):
-            await self._reply(send, 422, "nested_too_deeply", NESTED_TOO_DEEPLY)
+            await self._reply(send, 422, "nested_too_deeply", NESTED_TOO_DEEPLY, param="body")
             return
         replayed = False
 
