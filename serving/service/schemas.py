@@ -217,7 +217,10 @@ class ChatRequest(BaseModel):
     model: str | None = None
     messages: list[ChatMessage] = Field(min_length=1)
     stream: StrictBool = False
-    documents: list[Union[Text, DocumentIn]] | None = None
+    documents: list[Union[Text, DocumentIn]] | None = Field(None, description=(
+        "Extension: the retrieved documents (strings or {id, title, text, score}) the answer must rest on; with the "
+        "openai client pass extra_body={'documents': [...]}. Absent: the configured retriever is asked; without one "
+        "the turn is forwarded unscored (sufficient_context.without_documents). [] = nothing was found: scored, declined."))
 
 
 class SufficiencyMeta(BaseModel):
