@@ -232,7 +232,8 @@ def test_chat_bad_input(gateway):
     with s.client() as c:
         assert c.post("/v1/chat/completions", json={"messages": []}).status_code == 422
         r = c.post("/v1/chat/completions", json={"messages": [{"role": "assistant", "content": "hi"}]})
-        assert r.status_code == 422 and r.json()["error"]["param"] == "messages"
+        assert r.status_code == 200 and r.json()["sufficiency"]["level"] == "unscored"  # no user turn: nothing to score
+        assert "no user message" in r.json()["sufficiency"]["reason"]
         r = c.post("/v1/chat/completions", json=chat_body(documents=["d"] * 65))
         assert r.status_code == 413 and "documents" in r.json()["error"]["message"]
         r = c.post("/v1/chat/completions", json=chat_body(documents=[{"id": 1, "text": "a"}, {"id": 1, "text": "b"}]))

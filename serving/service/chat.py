@@ -1,7 +1,7 @@
 """The sufficiency-aware chat gateway behind ``/v1/chat/completions``.
 
-A standard OpenAI chat request goes through, in order: the request checks (limits, a user
-message with text), the question to score (the turn, or its question part when the turn is
+A standard OpenAI chat request goes through, in order: the request checks (limits), the
+question to score (the last user turn, none = forwarded unscored; or its question part when the turn is
 longer than the scoring budget: a chat turn is never refused for its length), the retrieval gate
 when one is loaded and the request has no ``documents`` (SKIP = chit-chat, forwarded unscored),
 the documents (the request's ``documents``, else the configured retriever; neither = forwarded
@@ -39,15 +39,13 @@ UNSCORED = "unscored"
 
 
 def check_chat_request(state: ServiceState, req: ChatRequest) -> str:
-    """The limits of a chat request (413/422); returns the question (the last user message with text)."""
+    """The limits of a chat request (413/422); returns the question (the last user message with text, else '')."""
     state.check_messages(len(req.messages))
     users = [i for i, m in enumerate(req.messages) if m.role == "user" and message_text(m).strip()]
-    if not users:
-        raise ApiError(422, "invalid_request", "messages: the request needs at least one user message with text", param="messages")
     docs_in = req.documents
     n_chars = sum(len(message_text(m)) for m in req.messages) + (text_chars(docs_in) if docs_in else 0)
     state.check_item("", len(docs_in or []), n_chars, what="documents")
-    return message_text(req.messages[users[-1]])
+    return message_text(req.messages[users[-1]]) if users else ""
 
 
 def scoring_question(state: ServiceState, turn: str) -> tuple[str, dict[str, Any] | None]:
@@ -199,6 +197,10 @@ async def decide(state: ServiceState, req: ChatRequest, turn: str) -> tuple[dict
     if not sc.enabled:
         documents, source = await gather_documents(state, req, turn)
         return unscored(config, documents, source, "sufficient_context.enabled is false: the gateway is a plain proxy")
+    if not turn.strip():
+        documents, source = await gather_documents(state, req, turn) if req.documents is not None else ([], "none")
+        return unscored(config, documents, source, "the request has no user message with text: nothing to score, "
+                        "forwarded without a verdict")
     question, shortened = scoring_question(state, turn)
     skip = await gate_skips(state, req)
     if skip:

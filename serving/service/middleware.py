@@ -19,6 +19,7 @@ from suffice.serving.service.state import ServiceState
 POST_ROUTES = ("/v1/sufficiency", "/v1/context-gate", "/v1/safety-check",
                "/v1/retrieval-gate", "/v1/chat/completions")
 KNOWN_ROUTES = frozenset(POST_ROUTES + ("/v1/models", "/healthz", "/readyz", "/metrics", "/docs", "/redoc", "/openapi.json"))
+HEAD_AS_GET = frozenset(("/healthz", "/readyz"))  # probes that use HEAD
 METHODS = frozenset(("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"))
 
 
@@ -63,8 +64,10 @@ class FrontDoor:
                 status_box[0] = message["status"]
             await send(message)
 
+        if method == "HEAD" and path in HEAD_AS_GET:
+            scope = {**scope, "method": "GET"}  # the server still sends no body: it saw a HEAD request
         try:
-            await self._handle(scope, receive, send_counted, path, method)
+            await self._handle(scope, receive, send_counted, path, scope["method"])
         finally:
             self.state.metrics.observe_request(route, method_label, status_box[0], time.perf_counter() - t0)
 

@@ -150,10 +150,6 @@ def model_card(state: ServiceState) -> dict[str, Any]:
     """The upstream model the gateway forwards to when a request names none (upstream.model)."""
     return {"id": state.config.upstream.model, "object": "model", "created": int(state.started_at), "owned_by": "suffice"}
 
-@router.head("/healthz", include_in_schema=False)
-async def healthz_head() -> Response:
-    return Response(status_code=200)
-
 @router.get("/healthz", tags=["ops"], summary="Liveness: the process answers")
 async def healthz() -> dict[str, str]:
     return {"status": "ok"}

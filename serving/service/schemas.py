@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Sequence, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Strict as StrictMode, StrictBool, StrictInt, Tag, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Strict as StrictMode, StrictBool, Tag, model_validator
 
 from suffice.serving.bundle import LEVELS
 from suffice.serving.service.config import MAX_DOCS_LIMIT
@@ -36,6 +36,21 @@ NonBlank = Annotated[str, AfterValidator(valid_unicode), AfterValidator(not_blan
 # numbers are numbers: booleans and numeric strings are refused (JSON integers are fine as floats)
 Finite = Annotated[float, Field(allow_inf_nan=False), StrictMode()]
 Fraction = Annotated[float, Field(ge=0, le=1), StrictMode()]
+
+
+def integer_number(v: Any) -> Any:
+    if isinstance(v, (bool, str)):
+        raise ValueError(f"must be an integer number, not {type(v).__name__} {v!r}")
+    return v
+
+
+# a JSON integer (61 or 61.0, as JSON Schema's "integer" allows); booleans and numeric strings are refused
+Int = Annotated[int, BeforeValidator(integer_number)]
+
+
+def int_in(lo: int, hi: int) -> Any:
+    """An ``Int`` in [lo, hi] (the bounds go on the integer itself, so the JSON schema states them)."""
+    return Annotated[int, Field(ge=lo, le=hi), BeforeValidator(integer_number)]
 
 
 class Strict(BaseModel):
@@ -95,8 +110,8 @@ class ArtifactIn(Strict):
 class ContextGateRequest(Strict):
     artifacts: list[ArtifactIn]
     query: Text | None = Field(None, description="Defaults to the last message artifact.")
-    budget_tokens: StrictInt | None = Field(None, ge=1, le=1_000_000, description="Defaults to context_gate.budget_tokens.")
-    max_docs: StrictInt | None = Field(None, ge=0, le=MAX_DOCS_LIMIT, description="Defaults to context_gate.max_docs.")
+    budget_tokens: int_in(1, 1_000_000) | None = Field(None, description="Defaults to context_gate.budget_tokens.")
+    max_docs: int_in(0, MAX_DOCS_LIMIT) | None = Field(None, description="Defaults to context_gate.max_docs.")
 
     @model_validator(mode="after")
     def _unique_ids(self) -> "ContextGateRequest":
@@ -136,14 +151,14 @@ class ChunkIn(Strict):
     text: Text
     score: Finite | None = None
     title: Text = ""
-    id: Union[Text, StrictInt, None] = None
+    id: Union[Text, Int, None] = None
 
 
 class SafetyThresholdsIn(Strict):
     """Per-request overrides of the SafetyGate thresholds (omitted keys keep their defaults)."""
 
     min_retrieval_confidence: Fraction | None = None
-    min_context_chars: StrictInt | None = Field(None, ge=0, le=10_000_000)
+    min_context_chars: int_in(0, 10_000_000) | None = None
     reject_insufficient: StrictBool | None = None
     min_relevance: Fraction | None = None
     model_weight: Fraction | None = None
@@ -200,7 +215,7 @@ class ChatMessage(BaseModel):
 
 
 class DocumentIn(Strict):
-    id: Union[Text, StrictInt, None] = None
+    id: Union[Text, Int, None] = None
     title: Text = ""
     text: Text
     score: Finite | None = None
