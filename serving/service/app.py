@@ -20,8 +20,10 @@ generic 500 without internals.
 
 The pieces, one module each: ``schemas`` (request/response models), ``errors`` (error bodies,
 handlers, redaction), ``middleware`` (the front door), ``queue`` (the bounded model queue),
-``state`` (the service state and the checks routes share), ``routes`` (the handlers) and
-``chat`` (the chat gateway). This module only wires them together.
+``state`` (the service state and the checks routes share), ``routes`` (the handlers), ``chat``
+(the chat gateway), ``chat_forms`` (how its verdict reaches the client), ``verdicts`` (question
+fitting and the verdict cache) and ``docs`` (``/docs`` from local files). This module wires them
+together and warns at start-up when the bundle's validation coverage is low.
 """
 
 from __future__ import annotations
