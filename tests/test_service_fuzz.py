@@ -157,7 +157,7 @@ def test_no_client_input_gets_a_5xx(server, route):
         assert r.status_code < 500, (r.status_code, r.text[:500])
         if ctype in OTHER_TYPES:
             assert r.status_code == 415, r.text
-        elif not _is_json(raw):  # broken JSON, or JSON nested too deeply for Python's parser
+        elif not _is_json(raw):  # broken JSON (or JSON nested too deeply for Python's parser)
             assert r.status_code == 422 and r.json()["error"]["code"] in ("invalid_json", "nested_too_deeply"), r.text
         else:
             assert r.status_code in allowed, (r.status_code, r.text[:500])

@@ -89,8 +89,10 @@ def test_very_deep_json_is_named_as_such(client):
     r = client.post("/v1/sufficiency", content=deep, headers={"content-type": "application/json"})
     assert r.status_code == 422 and r.json()["error"]["code"] == "nested_too_deeply"
     assert "not valid JSON" not in r.json()["error"]["message"]
-    r = client.post("/v1/sufficiency", content=b"[" * 900, headers={"content-type": "application/json"})
+    r = client.post("/v1/sufficiency", content=b'{"question": [[[', headers={"content-type": "application/json"})
     assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_json"  # broken, not deep
+    r = client.post("/v1/sufficiency", json={"question": Q, "passages": [{"title": "[[[[{{{{" * 40, "text": "x"}]})
+    assert r.status_code == 200  # brackets inside strings do not count
 
 
 def test_missing_aspects_match_irregular_forms(scorer):

@@ -8,8 +8,8 @@ details only go to the (redacted) service log.
 
 from __future__ import annotations
 
-import json
 import logging
+import re
 import uuid
 from typing import Any, Mapping, Sequence
 
@@ -136,20 +136,26 @@ async def http_error(request: Request, exc: StarletteHTTPException) -> JSONRespo
                         status_code=exc.status_code, headers=getattr(exc, "headers", None))
 
 
-NESTED_TOO_DEEPLY = ("the JSON body is nested too deeply to parse (arrays/objects inside each other hundreds of "
-                     "levels deep): no field of this API nests more than a few levels, so flatten it")
+MAX_JSON_DEPTH = 64  # no field of this API nests more than a few levels
+NESTED_TOO_DEEPLY = (f"the JSON body nests arrays/objects more than {MAX_JSON_DEPTH} levels deep: no field of this API "
+                     "nests more than a few levels, so flatten it")
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 
 
-def too_deep(body: bytes) -> bool:
-    """True when ``body`` fails to parse only because it nests too deeply (Python's parser recursion limit)."""
-    if body.count(b"[") + body.count(b"{") < 800:  # Python's parser nests ~1000 deep: cheap check first
+def too_deep(body: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
+    """True when ``body`` nests arrays/objects deeper than ``limit`` (strings skipped; cheap for ordinary bodies).
+
+    >>> too_deep(b'{"a": [[1]], "s": "[[[[[[["}', limit=3), too_deep(b"[" * 5 + b"]" * 5, limit=3)
+    (False, True)
+    """
+    if body.count(b"[") + body.count(b"{") <= limit:
         return False
-    try:
-        json.loads(body)
-    except RecursionError:
-        return True
-    except ValueError:
-        return False
+    depth = 0
+    for b in _JSON_STRING.sub(b"", body).translate(None, _NOT_BRACKETS):
+        depth += 1 if b in (0x5B, 0x7B) else -1
+        if depth > limit:
+            return True
     return False
 
 
