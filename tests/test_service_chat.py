@@ -237,7 +237,7 @@ def test_chat_bad_input(gateway):
         r = c.post("/v1/chat/completions", json=chat_body(documents=["d"] * 65))
         assert r.status_code == 413 and "documents" in r.json()["error"]["message"]
         r = c.post("/v1/chat/completions", json=chat_body(documents=[{"id": 1, "text": "a"}, {"id": 1, "text": "b"}]))
-        assert r.status_code == 422 and r.json()["error"]["param"] == "documents"
+        assert r.status_code == 409 and r.json()["error"]["code"] == "duplicate_ids" and r.json()["error"]["param"] == "documents"
 
 
 # -- shutdown -------------------------------------------------------------------------------

@@ -98,10 +98,10 @@ valid = {
 ROUTES = {
     "/v1/sufficiency": (sufficiency_body, {200, 413, 422}),
     "/v1/sufficiency (batch form)": (batch_body, {200, 413, 422}),
-    "/v1/context-gate": (context_gate_body, {200, 413, 422}),
+    "/v1/context-gate": (context_gate_body, {200, 409, 413, 422}),
     "/v1/safety-check": (safety_body, {200, 413, 422}),
     "/v1/retrieval-gate": (gate_body, {200, 413, 422}),
-    "/v1/chat/completions": (chat_body, {200, 413, 422}),
+    "/v1/chat/completions": (chat_body, {200, 409, 413, 422}),
 }
 
 

@@ -72,9 +72,7 @@ async def gather_documents(state: ServiceState, req: ChatRequest, question: str)
                 documents.append({"id": f"doc-{i + 1}", "title": "", "text": d})
             else:
                 documents.append({"id": str(d.id) if d.id is not None else f"doc-{i + 1}", "title": d.title, "text": d.text})
-        ids = [d["id"] for d in documents]
-        if len(set(ids)) != len(ids):
-            raise ApiError(422, "invalid_request", "documents: ids must be unique", param="documents")
+        state.check_unique_ids([d["id"] for d in documents], "documents")
         return documents, "request"
     if state.retriever is not None:
         found = await state.run_model(state.retriever.retrieve, question, state.config.retriever.top_k, param="messages")

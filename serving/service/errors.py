@@ -36,7 +36,7 @@ class ApiError(Exception):
 
 
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-               405: "invalid_request_error", 413: "request_too_large", 415: "invalid_request_error",
+               405: "invalid_request_error", 409: "invalid_request_error", 413: "request_too_large", 415: "invalid_request_error",
                422: "invalid_request_error", 429: "rate_limit_error", 500: "server_error", 502: "upstream_error",
                503: "overloaded_error", 504: "upstream_error"}
 

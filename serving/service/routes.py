@@ -19,6 +19,7 @@ from suffice.serving.jsonl import json_safe
 from suffice.serving.service.chat import chat_completion
 from suffice.serving.service.errors import ApiError
 from suffice.serving.service.schemas import (
+    DUPLICATE_IDS,
     ERRORS,
     ChatCompletionOut,
     ChatRequest,
@@ -76,11 +77,12 @@ async def sufficiency(body: Annotated[SufficiencyBody, Body()], state: State) ->
     state.observe(results)
     return [state.to_response(r, float(r.latency_ms)) for r in results]
 
-@router.post("/v1/context-gate", response_model=ContextGateResponse, responses=ERRORS, tags=["gates"],
+@router.post("/v1/context-gate", response_model=ContextGateResponse, responses={**ERRORS, **DUPLICATE_IDS}, tags=["gates"],
           summary="Choose which artifacts enter the prompt under a token budget and a document cap")
 async def context_gate(req: ContextGateRequest, state: State) -> dict[str, Any]:
     t0 = time.perf_counter()
     state.check_item("", len(req.artifacts), text_chars(req.artifacts) + len(req.query or ""), what="artifacts")
+    state.check_unique_ids([a.id for a in req.artifacts], "artifacts")
     gate = ContextGate(state.scorer, state.config.context_gate)
     arts = [a.model_dump() for a in req.artifacts]
     sel = await state.run_model(gate.select, arts, req.query, req.budget_tokens, req.max_docs, param="artifacts")
@@ -129,7 +131,8 @@ async def retrieval_gate_route(req: RetrievalGateRequest, state: State) -> dict[
             "latency_ms": float(d.latency_ms), "reason": d.reason}
 
 @router.post("/v1/chat/completions", responses={200: {"model": ChatCompletionOut, "content": {"text/event-stream": {}}},
-                                              404: {"model": ErrorOut}, 502: {"model": ErrorOut}, 504: {"model": ErrorOut}, **ERRORS},
+                                              404: {"model": ErrorOut}, 429: {"model": ErrorOut}, 502: {"model": ErrorOut},
+                                              503: {"model": ErrorOut}, 504: {"model": ErrorOut}, **ERRORS, **DUPLICATE_IDS},
           tags=["chat"], summary="OpenAI-compatible chat gateway: context gate -> sufficiency -> upstream LLM")
 async def chat_completions(req: ChatRequest, state: State) -> Response:
     return await chat_completion(state, req)

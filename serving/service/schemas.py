@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Sequence, Union
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Strict as StrictMode, StrictBool, Tag, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Strict as StrictMode, StrictBool, Tag
 
 from suffice.serving.bundle import LEVELS
 from suffice.serving.service.config import MAX_DOCS_LIMIT
@@ -108,18 +108,10 @@ class ArtifactIn(Strict):
 
 
 class ContextGateRequest(Strict):
-    artifacts: list[ArtifactIn]
+    artifacts: list[ArtifactIn] = Field(description="Artifact ids must be unique (repeated ids: 409 duplicate_ids).")
     query: Text | None = Field(None, description="Defaults to the last message artifact.")
     budget_tokens: int_in(1, 1_000_000) | None = Field(None, description="Defaults to context_gate.budget_tokens.")
     max_docs: int_in(0, MAX_DOCS_LIMIT) | None = Field(None, description="Defaults to context_gate.max_docs.")
-
-    @model_validator(mode="after")
-    def _unique_ids(self) -> "ContextGateRequest":
-        ids = [a.id for a in self.artifacts]
-        dup = sorted({i for i in ids if ids.count(i) > 1}) if len(ids) != len(set(ids)) else []
-        if dup:
-            raise ValueError(f"artifacts: ids must be unique, repeated: {dup}")
-        return self
 
 
 class ArtifactOut(BaseModel):
@@ -274,6 +266,7 @@ class ErrorOut(BaseModel):
     error: ErrorDetail
 
 
+DUPLICATE_IDS = {409: {"model": ErrorOut, "description": "Repeated ids (JSON Schema cannot state unique-by-id); names them"}}
 ERRORS = {413: {"model": ErrorOut, "description": "Body, passages or characters over the limit"},
           415: {"model": ErrorOut, "description": "Content-Type is not application/json"},
           422: {"model": ErrorOut, "description": "Invalid JSON or schema; names the field"},

@@ -73,6 +73,12 @@ class ServiceState:
                            f"{where.rstrip('.') or 'the request'} carries {n_chars} characters of text; the limit is "
                            f"{limits.max_chars} (limits.max_chars)", param=where.rstrip(".") or None)
 
+    def check_unique_ids(self, ids: Sequence[Any], param: str) -> None:
+        """409 when ids repeat (a rule JSON Schema cannot state, so not a 422 for schema-valid input)."""
+        if len(set(ids)) != len(ids):
+            dup = sorted({str(i) for i in ids if ids.count(i) > 1})
+            raise ApiError(409, "duplicate_ids", f"{param}: ids must be unique, repeated: {dup}", param=param)
+
     def check_messages(self, n_messages: int) -> None:
         """413 when a chat or retrieval-gate request carries more messages than ``limits.max_messages``."""
         limit = self.config.limits.max_messages
