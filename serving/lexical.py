@@ -52,11 +52,35 @@ def tokenize_words(text: str) -> list[str]:
     return [w.strip(".'-") for w in _WORD.findall(text)]
 
 
+# irregular forms -> their base word, so 'left' meets 'leave' and 'won' meets 'win' (the suffix rules cannot)
+_IRREGULAR = {form: base for base, forms in {
+    "be": "was were been is are am", "become": "became", "begin": "began begun", "break": "broke broken",
+    "bring": "brought", "build": "built", "buy": "bought", "catch": "caught", "choose": "chose chosen",
+    "come": "came", "do": "did done does", "draw": "drew drawn", "drive": "drove driven", "eat": "ate eaten",
+    "fall": "fell fallen", "feel": "felt", "fight": "fought", "fly": "flew flown",
+    "forget": "forgot forgotten", "freeze": "froze frozen", "get": "got gotten", "give": "gave given",
+    "go": "went gone goes", "grow": "grew grown", "have": "had has", "hear": "heard", "hold": "held",
+    "keep": "kept", "know": "knew known", "lead": "led", "leave": "left", "lend": "lent", "lose": "lost",
+    "make": "made", "mean": "meant", "meet": "met", "pay": "paid", "ride": "rode ridden", "rise": "risen",
+    "run": "ran", "say": "said", "see": "saw seen", "sell": "sold", "send": "sent", "shoot": "shot",
+    "sing": "sang sung", "sit": "sat", "sleep": "slept", "speak": "spoke spoken", "spend": "spent",
+    "stand": "stood", "steal": "stole stolen", "swim": "swam swum", "take": "took taken", "teach": "taught",
+    "tell": "told", "think": "thought", "throw": "threw thrown", "understand": "understood",
+    "wear": "wore worn", "win": "won", "write": "wrote written", "die": "died dying", "lie": "lain",
+    "child": "children", "man": "men", "woman": "women", "person": "people",
+}.items() for form in forms.split()}
+
+
 def stem(word: str) -> str:
-    """A tiny suffix stripper: enough to match 'moved'/'move', 'cities'/'city' without NLTK."""
+    """A tiny suffix stripper with common irregular forms: 'moved'/'move', 'cities'/'city' and 'left'/'leave' meet.
+
+    >>> stem("left") == stem("leave"), stem("cities"), stem("moved") == stem("move")
+    (True, 'city', True)
+    """
     w = word.lower()
     if _NUMBER.match(w):
         return w.replace(",", "")
+    w = _IRREGULAR.get(w, w)
     for suf, rep in (("ies", "y"), ("ing", ""), ("ed", ""), ("es", ""), ("s", "")):
         if len(w) > len(suf) + 2 and w.endswith(suf):
             w = w[: -len(suf)] + rep

@@ -224,6 +224,7 @@ def test_refused_upstream_is_502(gateway):
     with s.client() as c:
         r = c.post("/v1/chat/completions", json=chat_body())
     assert r.status_code == 502 and "cannot reach the upstream" in r.json()["error"]["message"]
+    assert "127.0.0.1" not in r.text  # the upstream's address stays in the service log
 
 
 def test_chat_bad_input(gateway):
@@ -231,11 +232,12 @@ def test_chat_bad_input(gateway):
     with s.client() as c:
         assert c.post("/v1/chat/completions", json={"messages": []}).status_code == 422
         r = c.post("/v1/chat/completions", json={"messages": [{"role": "assistant", "content": "hi"}]})
-        assert r.status_code == 422 and r.json()["error"]["param"] == "messages"
+        assert r.status_code == 200 and r.json()["sufficiency"]["level"] == "unscored"  # no user turn: nothing to score
+        assert "no user message" in r.json()["sufficiency"]["reason"]
         r = c.post("/v1/chat/completions", json=chat_body(documents=["d"] * 65))
         assert r.status_code == 413 and "documents" in r.json()["error"]["message"]
         r = c.post("/v1/chat/completions", json=chat_body(documents=[{"id": 1, "text": "a"}, {"id": 1, "text": "b"}]))
-        assert r.status_code == 422 and r.json()["error"]["param"] == "documents"
+        assert r.status_code == 409 and r.json()["error"]["code"] == "duplicate_ids" and r.json()["error"]["param"] == "documents"
 
 
 # -- shutdown -------------------------------------------------------------------------------

@@ -98,10 +98,10 @@ valid = {
 ROUTES = {
     "/v1/sufficiency": (sufficiency_body, {200, 413, 422}),
     "/v1/sufficiency (batch form)": (batch_body, {200, 413, 422}),
-    "/v1/context-gate": (context_gate_body, {200, 413, 422}),
+    "/v1/context-gate": (context_gate_body, {200, 409, 413, 422}),
     "/v1/safety-check": (safety_body, {200, 413, 422}),
     "/v1/retrieval-gate": (gate_body, {200, 413, 422}),
-    "/v1/chat/completions": (chat_body, {200, 413, 422}),
+    "/v1/chat/completions": (chat_body, {200, 409, 413, 422}),
 }
 
 
@@ -157,8 +157,8 @@ def test_no_client_input_gets_a_5xx(server, route):
         assert r.status_code < 500, (r.status_code, r.text[:500])
         if ctype in OTHER_TYPES:
             assert r.status_code == 415, r.text
-        elif not _is_json(raw):
-            assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_json", r.text
+        elif not _is_json(raw):  # broken JSON (or JSON nested too deeply for Python's parser)
+            assert r.status_code == 422 and r.json()["error"]["code"] in ("invalid_json", "nested_too_deeply"), r.text
         else:
             assert r.status_code in allowed, (r.status_code, r.text[:500])
         if r.status_code >= 400:

@@ -169,7 +169,7 @@ def test_bad_inputs_get_4xx_that_name_the_problem(client):
     r = post("/v1/sufficiency", json={"question": "why " * 300, "passages": ["p"]})
     assert r.status_code == 422 and r.json()["error"]["code"] == "question_too_long"
     r = post("/v1/context-gate", json={"artifacts": [{"id": "a", "kind": "document", "content": "x"}] * 2})
-    assert r.status_code == 422 and "unique" in r.json()["error"]["message"]
+    assert r.status_code == 409 and "unique" in r.json()["error"]["message"] and r.json()["error"]["param"] == "artifacts"
     r = post("/v1/context-gate", json={"artifacts": [{"id": "a", "kind": "video", "content": "x"}]})
     assert r.status_code == 422 and r.json()["error"]["param"] == "body.artifacts.0.kind"
     r = post("/v1/safety-check", json={"query": "q?", "thresholds": {"min_grounding": 2}})

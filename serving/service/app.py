@@ -20,8 +20,10 @@ generic 500 without internals.
 
 The pieces, one module each: ``schemas`` (request/response models), ``errors`` (error bodies,
 handlers, redaction), ``middleware`` (the front door), ``queue`` (the bounded model queue),
-``state`` (the service state and the checks routes share), ``routes`` (the handlers) and
-``chat`` (the chat gateway). This module only wires them together.
+``state`` (the service state and the checks routes share), ``routes`` (the handlers), ``chat``
+(the chat gateway), ``chat_forms`` (how its verdict reaches the client), ``verdicts`` (question
+fitting and the verdict cache) and ``docs`` (``/docs`` from local files). This module wires them
+together and warns at start-up when the bundle's validation coverage is low.
 """
 
 from __future__ import annotations
@@ -29,11 +31,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Sequence
+from typing import Any, AsyncIterator, Mapping, Sequence
 
 from fastapi import FastAPI
 
+from suffice.serving.bundle import SUFFICIENT
 from suffice.serving.service.config import ServiceConfig, read_api_keys, read_secret_env
+from suffice.serving.service.docs import add_docs
 from suffice.serving.service.errors import ApiError, RedactingFilter, Redactor, add_error_handlers, error_body
 from suffice.serving.service.metrics import ServiceMetrics
 from suffice.serving.service.middleware import FrontDoor, key_digest
@@ -42,6 +46,7 @@ from suffice.serving.service.retrievers import Retriever, load_retriever
 from suffice.serving.service.routes import router
 from suffice.serving.service.state import ServiceState, model_version_of
 from suffice.serving.service.upstream import UpstreamClient
+from suffice.serving.service.verdicts import VerdictCache
 
 # the names this module offered before the service was split into modules (for one release)
 __all__ = ["ApiError", "ModelQueue", "QueueFullError", "RedactingFilter", "Redactor", "ServiceState", "create_app",
@@ -75,18 +80,66 @@ def create_app(config: ServiceConfig, scorer: Any, *, retrieval_gate: Any = None
         retrieval_gate=retrieval_gate, retriever=retriever,
         key_digests=[key_digest(k) for k in api_keys], upstream_key=upstream_api_key,
         model_version=model_version_of(scorer),
+        verdicts=VerdictCache(config.sufficient_context.cache_ttl_s, config.sufficient_context.cache_size),
     )
     app = FastAPI(
         title="suffice",
         version="1",
         summary="Is the retrieved context enough to answer this question? Sufficiency scoring, RAG gates and a sufficiency-aware chat gateway.",
         lifespan=lifespan_of(state, upstream_transport),
+        docs_url=None, redoc_url=None,  # /docs from local files (docs.py); ReDoc needs a CDN
+        redirect_slashes=False,  # no 307 to an absolute http:// URL for a trailing slash: a plain 404
     )
+    add_docs(app, "suffice")
     app.state.service = state
+    warning = coverage_warning(scorer, config.sufficient_context.coverage_floor)
+    if warning:
+        log.warning("%s", warning)
     add_error_handlers(app)
     app.include_router(router)
     app.add_middleware(FrontDoor, state=state)
     return app
+
+
+def recorded_coverage(metrics: Any) -> tuple[float, Any, Any] | None:
+    """(share, threshold, n items) of validation items at or above the ``sufficient`` threshold, as the
+    bundle manifest's ``metrics`` records it (``coverage`` or ``validation.coverage``: a number or
+    ``{sufficient: share}``; ``threshold`` / ``n`` beside it when known); None when not recorded.
+
+    >>> recorded_coverage({"validation": {"coverage": {"sufficient": 0.004}, "n": 256}})
+    (0.004, None, 256)
+    >>> recorded_coverage({}) is None
+    True
+    """
+    if not isinstance(metrics, Mapping):
+        return None
+    for block in (metrics, metrics.get("validation")):
+        if not isinstance(block, Mapping):
+            continue
+        cov = block.get("coverage", block.get("coverage_at_sufficient"))
+        if isinstance(cov, Mapping):
+            share, threshold, n = cov.get(SUFFICIENT), cov.get("threshold"), cov.get("n", block.get("n"))
+        else:
+            share, threshold, n = cov, block.get("threshold"), block.get("n")
+        if isinstance(share, (int, float)) and not isinstance(share, bool):
+            return float(share), threshold, n
+    return None
+
+
+def coverage_warning(scorer: Any, floor: float) -> str | None:
+    """The start-up warning when the bundle's validation coverage at ``sufficient`` is below ``floor`` (None = fine or unknown)."""
+    manifest = getattr(scorer, "manifest", None)
+    found = recorded_coverage(getattr(manifest, "metrics", None))
+    if found is None or found[0] >= floor:
+        return None
+    share, threshold, n = found
+    at = f" (threshold {threshold:g})" if isinstance(threshold, (int, float)) else ""
+    items = f" of {n} validation items" if isinstance(n, int) else " of the validation items"
+    in_use = (getattr(scorer, "thresholds", None) or {}).get(SUFFICIENT)
+    now = f"; this service uses sufficient>={in_use:g}" if isinstance(in_use, (int, float)) else ""
+    return (f"the bundle reaches 'sufficient'{at} on only {share:.1%}{items}, below "
+            f"sufficient_context.coverage_floor={floor:g}{now}: most chat answers will be caveated or declined. "
+            "Lower sufficient_context.thresholds.sufficient, or export a bundle whose validation coverage is higher")
 
 
 def lifespan_of(state: ServiceState, upstream_transport: Any = None):

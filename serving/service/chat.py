@@ -1,10 +1,16 @@
 """The sufficiency-aware chat gateway behind ``/v1/chat/completions``.
 
-A standard OpenAI chat request goes through, in order: the request checks (limits, a user
-message with text), the documents (the request's ``documents``, else the configured retriever),
-the context gate and the scorer (the verdict and the ``action``), then either a decline written
-here or the upstream LLM call with the admitted context in a system message, a caveat appended
-on ``partial`` context, and the ``sufficiency`` block added to the answer (streamed or not).
+A standard OpenAI chat request goes through, in order: the request checks (limits), the
+question to score (the last user turn, none = forwarded unscored; or its question part when the turn is
+longer than the scoring budget: a chat turn is never refused for its length), the retrieval gate
+when one is loaded and the request has no ``documents`` (SKIP = chit-chat, forwarded unscored),
+the documents (the request's ``documents``, else the configured retriever; neither = forwarded
+unscored unless ``sufficient_context.without_documents: decline``), the context gate and the
+scorer (the verdict and the ``action``; an identical request within ``cache_ttl_s`` reuses its
+verdict), then either a decline written here or the upstream LLM call with the admitted context
+in a system message, a caveat on ``partial`` context, and the ``sufficiency`` block added to the
+answer (streamed or not). :mod:`~suffice.serving.service.chat_forms` decides how the caveat and
+the decline look (plain text, or JSON-safe with ``response_format`` / ``tools``).
 """
 
 from __future__ import annotations
@@ -19,40 +25,42 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from suffice.serving.bundle import INSUFFICIENT, SUFFICIENT
 from suffice.serving.gates.context import ContextGate
+from suffice.serving.service.chat_forms import declined, sse, verdict_headers, wants_structured
 from suffice.serving.service.config import ServiceConfig
 from suffice.serving.service.errors import ApiError, error_body
 from suffice.serving.service.schemas import ChatRequest, message_text, text_chars
 from suffice.serving.service.state import ServiceState, factors_of
 from suffice.serving.service.upstream import UpstreamError, UpstreamStream
+from suffice.serving.service.verdicts import fit_question, verdict_key
 
 log = logging.getLogger("suffice.service")
 NO_UPSTREAM = "no upstream LLM is configured: set upstream.base_url in the service config"
-
-
-def sse(obj: Any) -> bytes:
-    """One server-sent event carrying ``obj`` as compact JSON."""
-    return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
-
-
-def decline_text(meta: dict[str, Any]) -> str:
-    """The assistant's answer when the context is insufficient: what is missing and what to try."""
-    missing = meta.get("missing_aspects") or []
-    text = "I can't answer this reliably from the information available to me."
-    if missing:
-        text += " What is missing: " + "; ".join(missing) + "."
-    return text + " Try rephrasing the question, adding detail, or providing documents that cover it."
+UNSCORED = "unscored"
 
 
 def check_chat_request(state: ServiceState, req: ChatRequest) -> str:
-    """The limits of a chat request (413/422); returns the question (the last user message with text)."""
+    """The limits of a chat request (413/422); returns the question (the last user message with text, else '')."""
     state.check_messages(len(req.messages))
     users = [i for i, m in enumerate(req.messages) if m.role == "user" and message_text(m).strip()]
-    if not users:
-        raise ApiError(422, "invalid_request", "messages: the request needs at least one user message with text", param="messages")
     docs_in = req.documents
     n_chars = sum(len(message_text(m)) for m in req.messages) + (text_chars(docs_in) if docs_in else 0)
     state.check_item("", len(docs_in or []), n_chars, what="documents")
-    return message_text(req.messages[users[-1]])
+    return message_text(req.messages[users[-1]]) if users else ""
+
+
+def scoring_question(state: ServiceState, turn: str) -> tuple[str, dict[str, Any] | None]:
+    """The turn, or (when it does not fit the window) its question part within half the window; and a factor saying so."""
+    count = getattr(state.scorer, "count_tokens", None)
+    manifest = getattr(state.scorer, "manifest", None)
+    if count is None or manifest is None:
+        return turn, None
+    window = int(manifest.max_length)
+    if len(turn) <= window * 2 and count(turn) + 3 <= window:  # what /v1/sufficiency accepts
+        return turn, None
+    question, _ = fit_question(turn, count, max(8, window // 2))
+    detail = (f"the last user turn ({count(turn)} tokens) does not fit the {window}-token window: scored with its "
+              f"question part ({count(question)} tokens): {question[:200]!r}")
+    return question, {"name": "question_shortened", "effect": "neutral", "detail": detail}
 
 
 async def gather_documents(state: ServiceState, req: ChatRequest, question: str) -> tuple[list[dict[str, Any]], str]:
@@ -64,21 +72,51 @@ async def gather_documents(state: ServiceState, req: ChatRequest, question: str)
                 documents.append({"id": f"doc-{i + 1}", "title": "", "text": d})
             else:
                 documents.append({"id": str(d.id) if d.id is not None else f"doc-{i + 1}", "title": d.title, "text": d.text})
-        ids = [d["id"] for d in documents]
-        if len(set(ids)) != len(ids):
-            raise ApiError(422, "invalid_request", "documents: ids must be unique", param="documents")
+        state.check_unique_ids([d["id"] for d in documents], "documents")
         return documents, "request"
     if state.retriever is not None:
         found = await state.run_model(state.retriever.retrieve, question, state.config.retriever.top_k, param="messages")
         return [{"id": d.id, "title": d.title, "text": d.text} for d in found], "retriever"
-    return documents, "request"
+    return documents, "none"
+
+
+async def gate_skips(state: ServiceState, req: ChatRequest) -> str | None:
+    """The retrieval gate's reason when it SKIPs this turn (no documents needed), else None."""
+    if state.retrieval_gate is None or req.documents is not None:
+        return None
+    messages = [{"role": m.role, "content": message_text(m)} for m in req.messages if m.role in ("user", "assistant")]
+    d = await state.run_model(state.retrieval_gate.decide, messages, param="messages")
+    state.metrics.gate.labels(decision=d.decision).inc()
+    return f"the retrieval gate decided this turn needs no documents (SKIP: {d.reason})" if d.decision == "SKIP" else None
+
+
+def nothing_admitted(excluded: list[dict[str, str]]) -> str:
+    """What is missing when the context gate admitted none of the documents given (from its ``excluded`` list)."""
+    by_reason: dict[str, list[str]] = {}
+    for e in excluded:
+        by_reason.setdefault(e["reason"], []).append(e["id"])
+    n = len(excluded)
+    if set(by_reason) == {"out_of_scope"}:
+        return (f"documents about the question: none of the {n} document(s) given matched it (the context gate "
+                f"dropped {', '.join(by_reason['out_of_scope'][:10])} as out of scope)")
+    if set(by_reason) == {"empty"}:
+        return f"document text: the {n} document(s) given are empty"
+    parts = "; ".join(f"{r}: {', '.join(ids[:10])}" for r, ids in by_reason.items())
+    return f"usable documents: the context gate admitted none of the {n} document(s) given ({parts})"
 
 
 async def judge_sufficiency(state: ServiceState, question: str, documents: list[dict[str, Any]],
                             source: str) -> tuple[dict[str, Any], str]:
-    """Gate the documents and score the admitted ones: the ``sufficiency`` block and the admitted context."""
+    """Gate the documents and score the admitted ones: the ``sufficiency`` block and the admitted context.
+
+    An identical (question, documents, bundle) within ``cache_ttl_s`` reuses the stored verdict.
+    """
+    key = verdict_key(question, documents, source, state.model_version)
+    hit = state.verdicts.get(key) if state.verdicts is not None else None
+    if hit is not None:
+        state.metrics.verdict_cache.labels(result="hit").inc()
+        return hit
     sc = state.config.sufficient_context
-    state.check_question(question, "messages (last user message)")
     gate = ContextGate(state.scorer, state.config.context_gate)
     artifacts = [{"id": d["id"], "kind": "document", "content": (f"{d['title']}. {d['text']}" if d["title"] else d["text"])}
                  for d in documents]
@@ -99,7 +137,10 @@ async def judge_sufficiency(state: ServiceState, question: str, documents: list[
         level = INSUFFICIENT
         factors.append({"name": "min_contexts", "effect": "lowers",
                         "detail": f"{n_admitted} document(s) admitted, fewer than sufficient_context.min_contexts={sc.min_contexts}"})
+    excluded = [{"id": e.artifact.id, "reason": e.reason.value} for e in sel.excluded] if sel else []
     missing = list(result.missing_aspects)
+    if sel is not None and not sel.admitted and excluded:
+        missing = [nothing_admitted(excluded)]
     if level == INSUFFICIENT and not missing:
         missing = [f"at least {sc.min_contexts} relevant document(s) about the question"]
     if level == SUFFICIENT:
@@ -109,16 +150,19 @@ async def judge_sufficiency(state: ServiceState, question: str, documents: list[
     else:
         action = "forwarded_with_caveat"
     meta = {"score": float(result.score), "level": level, "factors": factors, "missing_aspects": missing, "action": action,
-            "documents": {"source": source, "admitted": [a.id for a in sel.admitted] if sel else [],
-                          "excluded": [{"id": e.artifact.id, "reason": e.reason.value} for e in sel.excluded] if sel else []}}
-    return meta, sel.context if sel else ""
+            "documents": {"source": source, "admitted": [a.id for a in sel.admitted] if sel else [], "excluded": excluded}}
+    out = (meta, sel.context if sel else "")
+    if state.verdicts is not None:
+        state.metrics.verdict_cache.labels(result="miss").inc()
+        state.verdicts.put(key, out)
+    return out
 
 
-def unscored(config: ServiceConfig, documents: list[dict[str, Any]], source: str) -> tuple[dict[str, Any], str]:
-    """Sufficient-context off (a plain proxy): the first ``max_docs`` documents, unscored."""
+def unscored(config: ServiceConfig, documents: list[dict[str, Any]], source: str, reason: str) -> tuple[dict[str, Any], str]:
+    """Forwarded without a verdict: the first ``max_docs`` documents, ``level: unscored`` and the reason."""
     kept = documents[: config.context_gate.doc_cap]
     context = "\n\n".join(f"[document:{d['id']}]\n{d['title'] + '. ' if d['title'] else ''}{d['text']}" for d in kept)
-    meta = {"score": None, "level": None, "factors": [], "missing_aspects": [], "action": "unscored",
+    meta = {"score": None, "level": UNSCORED, "factors": [], "missing_aspects": [], "action": UNSCORED, "reason": reason,
             "documents": {"source": source, "admitted": [d["id"] for d in kept], "excluded": []}}
     return meta, context
 
@@ -135,12 +179,40 @@ def upstream_payload(config: ServiceConfig, req: ChatRequest, model: str, contex
 
 
 def upstream_error(state: ServiceState, e: UpstreamError, meta: dict[str, Any]) -> ApiError:
-    """Count and log an upstream failure; the client's error carries the verdict too."""
+    """Count and log an upstream failure; the client's error carries the verdict too (429/503: the upstream's Retry-After)."""
     state.metrics.upstream_errors.labels(kind=e.code).inc()
-    log.warning("upstream failure %s (%s): %s; sufficiency score=%s level=%s action=%s", e.code, e.status,
+    log.warning("upstream failure %s (%s) from %s: %s; sufficiency score=%s level=%s action=%s", e.code, e.status, e.where,
                 state.redact(e.message), meta["score"], meta["level"], meta["action"])
-    return ApiError(e.status, e.code, state.redact(e.message),
+    headers = {"Retry-After": e.retry_after} if e.retry_after else {}
+    return ApiError(e.status, e.code, state.redact(e.message), headers={**headers, **verdict_headers(meta)},
                     extra={"sufficiency": meta, **({"upstream_status": e.upstream_status} if e.upstream_status else {})})
+
+
+async def decide(state: ServiceState, req: ChatRequest, turn: str) -> tuple[dict[str, Any], str]:
+    """The verdict and the context to send: unscored (sufficiency off, gate SKIP, no documents) or judged."""
+    config = state.config
+    sc = config.sufficient_context
+    if not sc.enabled:
+        documents, source = await gather_documents(state, req, turn)
+        return unscored(config, documents, source, "sufficient_context.enabled is false: the gateway is a plain proxy")
+    if not turn.strip():
+        documents, source = await gather_documents(state, req, turn) if req.documents is not None else ([], "none")
+        return unscored(config, documents, source, "the request has no user message with text: nothing to score, "
+                        "forwarded without a verdict")
+    question, shortened = scoring_question(state, turn)
+    skip = await gate_skips(state, req)
+    if skip:
+        return unscored(config, [], "none", skip)
+    documents, source = await gather_documents(state, req, question)
+    if source == "none" and sc.without_documents == "forward":
+        return unscored(config, [], source, "the request has no `documents` and no retriever is configured: forwarded "
+                        "without a verdict (send `documents`, configure a retriever, or set "
+                        "sufficient_context.without_documents: decline)")
+    meta, context = await judge_sufficiency(state, question, documents, source)
+    if shortened:
+        meta["factors"].append(shortened)
+        meta["question_scored"] = question
+    return meta, context
 
 
 async def chat_completion(state: ServiceState, req: ChatRequest) -> Response:
@@ -149,25 +221,24 @@ async def chat_completion(state: ServiceState, req: ChatRequest) -> Response:
     sc = config.sufficient_context
     if state.upstream is None and not (sc.enabled and sc.decline_insufficient):
         raise ApiError(404, "not_configured", NO_UPSTREAM)
-    question = check_chat_request(state, req)
-    documents, source = await gather_documents(state, req, question)
+    turn = check_chat_request(state, req)
     t_model = time.perf_counter()
-    if sc.enabled:
-        meta, context = await judge_sufficiency(state, question, documents, source)
-    else:
-        meta, context = unscored(config, documents, source)
+    meta, context = await decide(state, req, turn)
     scoring_ms = (time.perf_counter() - t_model) * 1e3
     state.metrics.chat_outcomes.labels(outcome=meta["action"]).inc()
     model = req.model or config.upstream.model
-    log.info("chat sufficiency score=%s level=%s action=%s docs=%d scoring_ms=%.1f stream=%s",
-             meta["score"], meta["level"], meta["action"], len(meta["documents"]["admitted"]), scoring_ms, req.stream)
+    structured = wants_structured(req.model_extra or {})
+    log.info("chat sufficiency score=%s level=%s action=%s docs=%d scoring_ms=%.1f stream=%s structured=%s",
+             meta["score"], meta["level"], meta["action"], len(meta["documents"]["admitted"]), scoring_ms, req.stream, structured)
 
     if meta["action"] == "declined":
-        return declined(req, model, meta)
+        return declined(model, meta, stream=req.stream, structured=structured)
     if state.upstream is None:
         raise ApiError(404, "not_configured", NO_UPSTREAM, extra={"sufficiency": meta})
     payload = upstream_payload(config, req, model, context)
-    caveat = sc.caveat if meta["action"] == "forwarded_with_caveat" else None
+    if meta["action"] == "forwarded_with_caveat":
+        meta["caveat"] = sc.caveat
+    caveat = None if structured else meta.get("caveat")  # structured output: the caveat stays out of the content
     if not req.stream:
         return await forward(state, payload, meta, caveat)
     try:
@@ -175,11 +246,11 @@ async def chat_completion(state: ServiceState, req: ChatRequest) -> Response:
     except UpstreamError as e:
         raise upstream_error(state, e, meta) from None
     return StreamingResponse(relay(state, stream, meta, caveat, model), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache"})
+                             headers={"Cache-Control": "no-cache", **verdict_headers(meta)})
 
 
 async def forward(state: ServiceState, payload: dict[str, Any], meta: dict[str, Any], caveat: str | None) -> Response:
-    """One non-streaming upstream call; the caveat appended to every answer, the verdict added."""
+    """One non-streaming upstream call; the caveat (if any) appended to every text answer, the verdict added."""
     payload.pop("stream", None)
     try:
         completion = await state.upstream.chat(payload)
@@ -188,10 +259,10 @@ async def forward(state: ServiceState, payload: dict[str, Any], meta: dict[str, 
     if caveat:
         for choice in completion.get("choices", []):
             msg = choice.get("message") if isinstance(choice, dict) else None
-            if isinstance(msg, dict) and isinstance(msg.get("content"), str):
+            if isinstance(msg, dict) and isinstance(msg.get("content"), str) and not msg.get("tool_calls"):
                 msg["content"] = msg["content"].rstrip() + "\n\n" + caveat
     completion["sufficiency"] = meta
-    return JSONResponse(completion)
+    return JSONResponse(completion, headers=verdict_headers(meta))
 
 
 async def relay(state: ServiceState, stream: UpstreamStream, meta: dict[str, Any], caveat: str | None,
@@ -229,25 +300,4 @@ async def relay(state: ServiceState, stream: UpstreamStream, meta: dict[str, Any
         yield sse({**error_body(err.status, err.code, err.message), "sufficiency": meta})
     finally:
         await stream.aclose()
-    yield b"data: [DONE]\n\n"
-
-
-def declined(req: ChatRequest, model: str, meta: dict[str, Any]) -> Response:
-    """The decline as a chat completion (or its stream), written here without calling the LLM."""
-    text = decline_text(meta)
-    ident = {"id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "created": int(time.time()), "model": model}
-    if not req.stream:
-        return JSONResponse({**ident, "object": "chat.completion",
-                             "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-                             "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}, "sufficiency": meta})
-    return StreamingResponse(declined_chunks(ident, text, meta), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
-
-
-async def declined_chunks(ident: dict[str, Any], text: str, meta: dict[str, Any]) -> AsyncIterator[bytes]:
-    """The decline streamed as OpenAI chunks: role, text, stop, the verdict, [DONE]."""
-    base = {**ident, "object": "chat.completion.chunk"}
-    yield sse({**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]})
-    yield sse({**base, "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]})
-    yield sse({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
-    yield sse({**base, "choices": [], "sufficiency": meta})
     yield b"data: [DONE]\n\n"

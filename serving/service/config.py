@@ -106,7 +106,17 @@ class SufficientContextConfig:
     thresholds: the levels' thresholds (override the bundle's).
     decline_insufficient: ``insufficient`` -> answer with what is missing instead of calling the
         LLM; false -> call the LLM and append the caveat.
-    caveat: appended to answers given on ``partial`` (or forwarded ``insufficient``) context.
+    caveat: appended to answers given on ``partial`` (or forwarded ``insufficient``) context; with
+        ``response_format`` or ``tools`` set it goes in the ``sufficiency`` block and the
+        ``X-Suffice-Caveat`` header instead, so the content stays valid JSON / tool calls.
+    without_documents: a turn with no ``documents`` field and no retriever (or one the retrieval
+        gate SKIPs): ``forward`` = call the LLM unscored (``level: unscored``, with the reason);
+        ``decline`` = score it with no context, i.e. decline it. ``documents: []`` is always scored.
+    cache_ttl_s / cache_size: an identical request (question, documents, bundle) within
+        ``cache_ttl_s`` seconds reuses its verdict instead of re-scoring (client retries); at most
+        ``cache_size`` verdicts are kept. 0 disables the cache.
+    coverage_floor: at start-up, warn when the bundle's recorded validation coverage at the
+        ``sufficient`` threshold is below this share (nearly everything would be caveated or declined).
     """
 
     enabled: bool = True
@@ -114,12 +124,23 @@ class SufficientContextConfig:
     thresholds: Thresholds = field(default_factory=Thresholds)
     decline_insufficient: bool = True
     caveat: str = "Note: this answer is based on limited available information."
+    without_documents: str = "forward"
+    cache_ttl_s: float = 30.0
+    cache_size: int = 1024
+    coverage_floor: float = 0.2
 
     def __post_init__(self) -> None:
         if not 0 <= self.min_contexts <= 64:
             raise ServiceConfigError(f"min_contexts={self.min_contexts!r} must be in [0, 64]")
         if not self.caveat.strip():
             raise ServiceConfigError("caveat must not be empty: it is what tells the user the answer is uncertain")
+        if self.without_documents not in ("forward", "decline"):
+            raise ServiceConfigError(f"without_documents={self.without_documents!r}: choose forward or decline")
+        if self.cache_ttl_s < 0 or not 0 <= self.cache_size <= 1_000_000:
+            raise ServiceConfigError(f"cache_ttl_s={self.cache_ttl_s!r} must be >= 0 and cache_size={self.cache_size!r} "
+                                     "in [0, 1000000] (0 disables the verdict cache)")
+        if not 0.0 <= self.coverage_floor <= 1.0:
+            raise ServiceConfigError(f"coverage_floor={self.coverage_floor!r} must be in [0, 1] (0 = never warn)")
 
 
 @dataclass(frozen=True)

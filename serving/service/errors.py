@@ -9,6 +9,7 @@ details only go to the (redacted) service log.
 from __future__ import annotations
 
 import logging
+import re
 import uuid
 from typing import Any, Mapping, Sequence
 
@@ -18,7 +19,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from suffice.serving.service.queue import QueueFullError
-from suffice.serving.service.schemas import UNION_TAGS
+from suffice.serving.service.schemas import MODEL_NAMES, UNION_TAGS
 
 log = logging.getLogger("suffice.service")
 
@@ -35,7 +36,7 @@ class ApiError(Exception):
 
 
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-               405: "invalid_request_error", 413: "request_too_large", 415: "invalid_request_error",
+               405: "invalid_request_error", 409: "invalid_request_error", 413: "request_too_large", 415: "invalid_request_error",
                422: "invalid_request_error", 429: "rate_limit_error", 500: "server_error", 502: "upstream_error",
                503: "overloaded_error", 504: "upstream_error"}
 
@@ -83,11 +84,40 @@ async def api_error(request: Request, exc: ApiError) -> JSONResponse:
                         status_code=exc.status, headers=exc.headers)
 
 
+# pydantic's names for the members of a union ("str", "function-after[valid_unicode(), str]", "PassageIn"):
+# internals a client should not see in a field path
+_INTERNAL_LOC = frozenset(("str", "int", "float", "bool", "none", "list", "dict", "is-instance", "lax-or-strict"))
+
+
+def public_loc(loc: Sequence[Any], model_names: frozenset[str] = frozenset()) -> str:
+    """A validation error's location as the client's field path (``body.passages.0.text``).
+
+    >>> public_loc(("body", "passages", 0, "function-after[valid_unicode(), str]"))
+    'body.passages.0'
+    """
+    parts = []
+    for x in loc:
+        if isinstance(x, str) and (x in UNION_TAGS or x in _INTERNAL_LOC or x in model_names or "[" in x or "(" in x):
+            continue
+        parts.append(str(x))
+    return ".".join(parts)
+
+
+def public_message(msg: str) -> str:
+    """pydantic's message without its class prefixes ("Value error, ..." -> "...")."""
+    for prefix in ("Value error, ", "Assertion failed, "):
+        if msg.startswith(prefix):
+            return msg[len(prefix):]
+    return msg
+
+
 async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
-    fields = []
+    fields: list[dict[str, str]] = []
     for e in exc.errors():
-        loc = ".".join(str(x) for x in e.get("loc", ()) if x not in UNION_TAGS)
-        fields.append({"field": loc, "message": str(e.get("msg", "")), "type": str(e.get("type", ""))})
+        f = {"field": public_loc(e.get("loc", ()), MODEL_NAMES), "message": public_message(str(e.get("msg", ""))),
+             "type": str(e.get("type", ""))}
+        if not any(g["field"] == f["field"] and g["message"] == f["message"] for g in fields):
+            fields.append(f)
     if any(f["type"] == "json_invalid" for f in fields):
         msg = "the body is not valid JSON: " + "; ".join(f"{f['field']}: {f['message']}" for f in fields)
         code = "invalid_json"
@@ -104,6 +134,29 @@ async def http_error(request: Request, exc: StarletteHTTPException) -> JSONRespo
     codes = {404: "not_found", 405: "method_not_allowed"}
     return JSONResponse(error_body(exc.status_code, codes.get(exc.status_code, "http_error"), str(exc.detail)),
                         status_code=exc.status_code, headers=getattr(exc, "headers", None))
+
+
+MAX_JSON_DEPTH = 64  # no field of this API nests more than a few levels
+NESTED_TOO_DEEPLY = (f"the JSON body nests arrays/objects more than {MAX_JSON_DEPTH} levels deep: no field of this API "
+                     "nests more than a few levels, so flatten it")
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def too_deep(body: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
+    """True when ``body`` nests arrays/objects deeper than ``limit`` (strings skipped; cheap for ordinary bodies).
+
+    >>> too_deep(b'{"a": [[1]], "s": "[[[[[[["}', limit=3), too_deep(b"[" * 5 + b"]" * 5, limit=3)
+    (False, True)
+    """
+    if body.count(b"[") + body.count(b"{") <= limit:
+        return False
+    depth = 0
+    for b in _JSON_STRING.sub(b"", body).translate(None, _NOT_BRACKETS):
+        depth += 1 if b in (0x5B, 0x7B) else -1
+        if depth > limit:
+            return True
+    return False
 
 
 async def queue_full(request: Request, exc: QueueFullError) -> JSONResponse:

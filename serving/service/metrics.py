@@ -26,7 +26,8 @@ class ServiceMetrics:
     retrieval_gate_decisions_total{decision}; http_requests_total{route, method, status} and
     http_request_duration_seconds{route} for every request (unknown paths are route="other", so
     a flood of random URLs cannot blow up the label space); the model queue's depth and
-    rejections; upstream failures by kind.
+    rejections; upstream failures by kind; chat_verdict_cache_total{result} (hit = a repeated chat
+    request reused its verdict instead of being scored again).
     """
 
     def __init__(self) -> None:
@@ -44,6 +45,7 @@ class ServiceMetrics:
         self.queue_rejections = Counter("sufficient_context_queue_rejections", "Requests refused with 503 because the model queue was full", registry=r)
         self.upstream_errors = Counter("upstream_errors", "Upstream LLM failures by kind", ["kind"], registry=r)
         self.chat_outcomes = Counter("chat_gateway_outcomes", "Chat gateway actions (forwarded, caveated, declined)", ["outcome"], registry=r)
+        self.verdict_cache = Counter("chat_verdict_cache", "Chat verdict cache lookups (hit = not scored again)", ["result"], registry=r)
         for level in LEVELS:
             self.level.labels(level=level)
         for d in GATE_DECISIONS:

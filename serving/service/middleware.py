@@ -13,12 +13,13 @@ import json
 import time
 from typing import Any, Callable, Mapping
 
-from suffice.serving.service.errors import error_body
+from suffice.serving.service.errors import NESTED_TOO_DEEPLY, error_body, too_deep
 from suffice.serving.service.state import ServiceState
 
 POST_ROUTES = ("/v1/sufficiency", "/v1/context-gate", "/v1/safety-check",
                "/v1/retrieval-gate", "/v1/chat/completions")
-KNOWN_ROUTES = frozenset(POST_ROUTES + ("/healthz", "/readyz", "/metrics", "/docs", "/redoc", "/openapi.json"))
+KNOWN_ROUTES = frozenset(POST_ROUTES + ("/v1/models", "/healthz", "/readyz", "/metrics", "/docs", "/redoc", "/openapi.json"))
+HEAD_AS_GET = frozenset(("/healthz", "/readyz"))  # probes that use HEAD
 METHODS = frozenset(("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"))
 
 
@@ -63,13 +64,16 @@ class FrontDoor:
                 status_box[0] = message["status"]
             await send(message)
 
+        if method == "HEAD" and path in HEAD_AS_GET:
+            scope = {**scope, "method": "GET"}  # the server still sends no body: it saw a HEAD request
         try:
-            await self._handle(scope, receive, send_counted, path, method)
+            await self._handle(scope, receive, send_counted, path, scope["method"])
         finally:
             self.state.metrics.observe_request(route, method_label, status_box[0], time.perf_counter() - t0)
 
-    async def _reply(self, send: Callable, status: int, code: str, message: str, headers: Mapping[str, str] | None = None) -> None:
-        body = json.dumps(error_body(status, code, message)).encode()
+    async def _reply(self, send: Callable, status: int, code: str, message: str, headers: Mapping[str, str] | None = None,
+                     param: str | None = None) -> None:
+        body = json.dumps(error_body(status, code, message, param)).encode()
         hdrs = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
         hdrs += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
         await send({"type": "http.response.start", "status": status, "headers": hdrs})
@@ -100,6 +104,9 @@ class FrontDoor:
             body.decode("utf-8")
         except UnicodeDecodeError as e:
             await self._reply(send, 422, "invalid_json", f"the body is not UTF-8 encoded JSON (bad byte at position {e.start})")
+            return
+        if too_deep(body):
+            await self._reply(send, 422, "nested_too_deeply", NESTED_TOO_DEEPLY, param="body")
             return
         replayed = False
 

@@ -19,6 +19,7 @@ from suffice.serving.jsonl import json_safe
 from suffice.serving.service.chat import chat_completion
 from suffice.serving.service.errors import ApiError
 from suffice.serving.service.schemas import (
+    DUPLICATE_IDS,
     ERRORS,
     ChatCompletionOut,
     ChatRequest,
@@ -76,11 +77,12 @@ async def sufficiency(body: Annotated[SufficiencyBody, Body()], state: State) ->
     state.observe(results)
     return [state.to_response(r, float(r.latency_ms)) for r in results]
 
-@router.post("/v1/context-gate", response_model=ContextGateResponse, responses=ERRORS, tags=["gates"],
+@router.post("/v1/context-gate", response_model=ContextGateResponse, responses={**ERRORS, **DUPLICATE_IDS}, tags=["gates"],
           summary="Choose which artifacts enter the prompt under a token budget and a document cap")
 async def context_gate(req: ContextGateRequest, state: State) -> dict[str, Any]:
     t0 = time.perf_counter()
     state.check_item("", len(req.artifacts), text_chars(req.artifacts) + len(req.query or ""), what="artifacts")
+    state.check_unique_ids([a.id for a in req.artifacts], "artifacts")
     gate = ContextGate(state.scorer, state.config.context_gate)
     arts = [a.model_dump() for a in req.artifacts]
     sel = await state.run_model(gate.select, arts, req.query, req.budget_tokens, req.max_docs, param="artifacts")
@@ -129,10 +131,27 @@ async def retrieval_gate_route(req: RetrievalGateRequest, state: State) -> dict[
             "latency_ms": float(d.latency_ms), "reason": d.reason}
 
 @router.post("/v1/chat/completions", responses={200: {"model": ChatCompletionOut, "content": {"text/event-stream": {}}},
-                                              404: {"model": ErrorOut}, 502: {"model": ErrorOut}, 504: {"model": ErrorOut}, **ERRORS},
+                                              404: {"model": ErrorOut}, 429: {"model": ErrorOut}, 502: {"model": ErrorOut},
+                                              503: {"model": ErrorOut}, 504: {"model": ErrorOut}, **ERRORS, **DUPLICATE_IDS},
           tags=["chat"], summary="OpenAI-compatible chat gateway: context gate -> sufficiency -> upstream LLM")
 async def chat_completions(req: ChatRequest, state: State) -> Response:
     return await chat_completion(state, req)
+
+@router.get("/v1/models", tags=["chat"], summary="The models the chat gateway serves (OpenAI list format)")
+async def list_models(state: State) -> dict[str, Any]:
+    return {"object": "list", "data": [model_card(state)]}
+
+@router.get("/v1/models/{model_id}", tags=["chat"], summary="One served model (OpenAI format)", responses={404: {"model": ErrorOut}})
+async def get_model(model_id: str, state: State) -> dict[str, Any]:
+    card = model_card(state)
+    if model_id != card["id"]:
+        raise ApiError(404, "model_not_found", f"model {model_id!r} is not served here: GET /v1/models lists {card['id']!r}",
+                       param="model_id")
+    return card
+
+def model_card(state: ServiceState) -> dict[str, Any]:
+    """The upstream model the gateway forwards to when a request names none (upstream.model)."""
+    return {"id": state.config.upstream.model, "object": "model", "created": int(state.started_at), "owned_by": "suffice"}
 
 @router.get("/healthz", tags=["ops"], summary="Liveness: the process answers")
 async def healthz() -> dict[str, str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Sequence, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Strict as StrictMode, StrictBool, Tag
 
 from suffice.serving.bundle import LEVELS
 from suffice.serving.service.config import MAX_DOCS_LIMIT
@@ -30,8 +30,27 @@ def not_blank(v: str) -> str:
 
 
 Text = Annotated[str, AfterValidator(valid_unicode)]
-NonBlank = Annotated[str, AfterValidator(valid_unicode), AfterValidator(not_blank)]
-Finite = Annotated[float, Field(allow_inf_nan=False)]
+# the schema states "non-blank" (minLength 1, a non-space character); the validator gives the friendly message
+NonBlank = Annotated[str, AfterValidator(valid_unicode), AfterValidator(not_blank),
+                     Field(json_schema_extra={"minLength": 1, "pattern": r"\S"})]
+# numbers are numbers: booleans and numeric strings are refused (JSON integers are fine as floats)
+Finite = Annotated[float, Field(allow_inf_nan=False), StrictMode()]
+Fraction = Annotated[float, Field(ge=0, le=1), StrictMode()]
+
+
+def integer_number(v: Any) -> Any:
+    if isinstance(v, (bool, str)):
+        raise ValueError(f"must be an integer number, not {type(v).__name__} {v!r}")
+    return v
+
+
+# a JSON integer (61 or 61.0, as JSON Schema's "integer" allows); booleans and numeric strings are refused
+Int = Annotated[int, BeforeValidator(integer_number)]
+
+
+def int_in(lo: int, hi: int) -> Any:
+    """An ``Int`` in [lo, hi] (the bounds go on the integer itself, so the JSON schema states them)."""
+    return Annotated[int, Field(ge=lo, le=hi), BeforeValidator(integer_number)]
 
 
 class Strict(BaseModel):
@@ -89,18 +108,10 @@ class ArtifactIn(Strict):
 
 
 class ContextGateRequest(Strict):
-    artifacts: list[ArtifactIn]
+    artifacts: list[ArtifactIn] = Field(description="Artifact ids must be unique (repeated ids: 409 duplicate_ids).")
     query: Text | None = Field(None, description="Defaults to the last message artifact.")
-    budget_tokens: int | None = Field(None, ge=1, le=1_000_000, description="Defaults to context_gate.budget_tokens.")
-    max_docs: int | None = Field(None, ge=0, le=MAX_DOCS_LIMIT, description="Defaults to context_gate.max_docs.")
-
-    @model_validator(mode="after")
-    def _unique_ids(self) -> "ContextGateRequest":
-        ids = [a.id for a in self.artifacts]
-        dup = sorted({i for i in ids if ids.count(i) > 1}) if len(ids) != len(set(ids)) else []
-        if dup:
-            raise ValueError(f"artifacts: ids must be unique, repeated: {dup}")
-        return self
+    budget_tokens: int_in(1, 1_000_000) | None = Field(None, description="Defaults to context_gate.budget_tokens.")
+    max_docs: int_in(0, MAX_DOCS_LIMIT) | None = Field(None, description="Defaults to context_gate.max_docs.")
 
 
 class ArtifactOut(BaseModel):
@@ -132,20 +143,20 @@ class ChunkIn(Strict):
     text: Text
     score: Finite | None = None
     title: Text = ""
-    id: Union[Text, int, None] = None
+    id: Union[Text, Int, None] = None
 
 
 class SafetyThresholdsIn(Strict):
     """Per-request overrides of the SafetyGate thresholds (omitted keys keep their defaults)."""
 
-    min_retrieval_confidence: float | None = Field(None, ge=0, le=1)
-    min_context_chars: int | None = Field(None, ge=0, le=10_000_000)
-    reject_insufficient: bool | None = None
-    min_relevance: float | None = Field(None, ge=0, le=1)
-    model_weight: float | None = Field(None, ge=0, le=1)
-    min_citation_coverage: float | None = Field(None, ge=0, le=1)
-    min_grounding: float | None = Field(None, ge=0, le=1)
-    support_overlap: float | None = Field(None, ge=0, le=1)
+    min_retrieval_confidence: Fraction | None = None
+    min_context_chars: int_in(0, 10_000_000) | None = None
+    reject_insufficient: StrictBool | None = None
+    min_relevance: Fraction | None = None
+    model_weight: Fraction | None = None
+    min_citation_coverage: Fraction | None = None
+    min_grounding: Fraction | None = None
+    support_overlap: Fraction | None = None
 
 
 class SafetyRequest(Strict):
@@ -196,7 +207,7 @@ class ChatMessage(BaseModel):
 
 
 class DocumentIn(Strict):
-    id: Union[Text, int, None] = None
+    id: Union[Text, Int, None] = None
     title: Text = ""
     text: Text
     score: Finite | None = None
@@ -212,17 +223,25 @@ class ChatRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
     model: str | None = None
     messages: list[ChatMessage] = Field(min_length=1)
-    stream: bool = False
-    documents: list[Union[Text, DocumentIn]] | None = None
+    stream: StrictBool = False
+    documents: list[Union[Text, DocumentIn]] | None = Field(None, description=(
+        "Extension: the retrieved documents (strings or {id, title, text, score}) the answer must rest on; with the "
+        "openai client pass extra_body={'documents': [...]}. Absent: the configured retriever is asked; without one "
+        "the turn is forwarded unscored (sufficient_context.without_documents). [] = nothing was found: scored, declined."))
 
 
 class SufficiencyMeta(BaseModel):
+    """The gateway's verdict on a chat request (also in the X-Suffice-Level / -Action / -Score / -Caveat headers)."""
+
     score: float | None
-    level: Literal[LEVELS] | None
+    level: Literal[(*LEVELS, "unscored")] | None
     factors: list[Factor]
     missing_aspects: list[str] = Field(default_factory=list)
     action: Literal["forwarded", "forwarded_with_caveat", "declined", "unscored"]
-    documents: dict[str, Any] = Field(default_factory=dict, description="admitted ids and excluded {id, reason}")
+    documents: dict[str, Any] = Field(default_factory=dict, description="source, admitted ids and excluded {id, reason}")
+    caveat: str | None = Field(None, description="Set when a caveat applies; with response_format or tools it is not in the content.")
+    reason: str | None = Field(None, description="Why the request was forwarded unscored (no documents, retrieval gate SKIP, ...).")
+    question_scored: str | None = Field(None, description="The part of a long turn that was scored (absent when the whole turn was).")
 
 
 class ChatCompletionOut(BaseModel):
@@ -247,11 +266,18 @@ class ErrorOut(BaseModel):
     error: ErrorDetail
 
 
+DUPLICATE_IDS = {409: {"model": ErrorOut, "description": "Repeated ids (JSON Schema cannot state unique-by-id); names them"}}
 ERRORS = {413: {"model": ErrorOut, "description": "Body, passages or characters over the limit"},
           415: {"model": ErrorOut, "description": "Content-Type is not application/json"},
           422: {"model": ErrorOut, "description": "Invalid JSON or schema; names the field"},
           503: {"model": ErrorOut, "description": "Model queue full; retry after Retry-After seconds"}}
 
+
+
+# the request models by class name: pydantic puts them in error locations of union members
+MODEL_NAMES = frozenset(c.__name__ for c in (PassageIn, SufficiencyRequest, ArtifactIn, ContextGateRequest, ChunkIn,
+                                             SafetyThresholdsIn, SafetyRequest, GateMessage, RetrievalGateRequest,
+                                             ContentPart, ChatMessage, DocumentIn, ChatRequest))
 
 
 def text_chars(items: Sequence[Any]) -> int:

@@ -6,6 +6,7 @@ handlers and the front door read it from there.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -15,6 +16,7 @@ from suffice.serving.service.metrics import ServiceMetrics
 from suffice.serving.service.queue import ModelQueue
 from suffice.serving.service.retrievers import Retriever
 from suffice.serving.service.upstream import UpstreamClient
+from suffice.serving.service.verdicts import VerdictCache
 
 
 def model_version_of(scorer: Any) -> str:
@@ -56,6 +58,8 @@ class ServiceState:
     ready: bool = False
     not_ready_reason: str = "starting: the model is not warmed up yet"
     model_version: str = "unknown"
+    verdicts: VerdictCache | None = None  # recent chat verdicts by request digest (None = no cache)
+    started_at: float = field(default_factory=time.time)
 
     def check_item(self, where: str, n_passages: int, n_chars: int, what: str = "passages") -> None:
         """413 when one item carries more passages or characters than ``limits`` allow."""
@@ -68,6 +72,12 @@ class ServiceState:
             raise ApiError(413, "too_many_characters",
                            f"{where.rstrip('.') or 'the request'} carries {n_chars} characters of text; the limit is "
                            f"{limits.max_chars} (limits.max_chars)", param=where.rstrip(".") or None)
+
+    def check_unique_ids(self, ids: Sequence[Any], param: str) -> None:
+        """409 when ids repeat (a rule JSON Schema cannot state, so not a 422 for schema-valid input)."""
+        if len(set(ids)) != len(ids):
+            dup = sorted({str(i) for i in ids if ids.count(i) > 1})
+            raise ApiError(409, "duplicate_ids", f"{param}: ids must be unique, repeated: {dup}", param=param)
 
     def check_messages(self, n_messages: int) -> None:
         """413 when a chat or retrieval-gate request carries more messages than ``limits.max_messages``."""

@@ -1,9 +1,11 @@
-"""The OpenAI-compatible upstream LLM: one async httpx client, failures mapped to 502/504.
+"""The OpenAI-compatible upstream LLM: one async httpx client, failures mapped to 429/502/503/504.
 
 Timeout -> 504 ``upstream_timeout``; connection refused / reset / bad protocol -> 502
-``upstream_unreachable``; a non-2xx answer -> 502 ``upstream_error`` (with the upstream's status);
-a 2xx answer that is not a chat completion -> 502 ``upstream_bad_response``. Error messages name
-the upstream by scheme://host:port/path only: never a key, never userinfo from the URL.
+``upstream_unreachable``; the upstream's 429 / 503 -> the same status (``upstream_rate_limited`` /
+``upstream_unavailable``) with its ``Retry-After``, so clients back off as the upstream asked; any
+other non-2xx answer -> 502 ``upstream_error`` (with the upstream's status); a 2xx answer that is
+not a chat completion -> 502 ``upstream_bad_response``. Client-facing messages say "the upstream
+LLM" and never its URL; ``UpstreamError.where`` (scheme://host:port/path, no userinfo) is for the log.
 
 >>> client = UpstreamClient("http://127.0.0.1:8000/v1", api_key=None)  # doctest: +SKIP
 >>> completion = await client.chat({"model": "m", "messages": [{"role": "user", "content": "hi"}]})  # doctest: +SKIP
@@ -22,12 +24,36 @@ import httpx
 class UpstreamError(Exception):
     """The upstream failed; ``status`` is what the gateway answers (502 or 504)."""
 
-    def __init__(self, status: int, code: str, message: str, upstream_status: int | None = None):
+    def __init__(self, status: int, code: str, message: str, upstream_status: int | None = None,
+                 retry_after: str | None = None, where: str = ""):
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
         self.upstream_status = upstream_status
+        self.retry_after = retry_after
+        self.where = where
+
+
+# upstream statuses passed through to the client (with Retry-After) instead of becoming 502
+PASSED_THROUGH = {429: "upstream_rate_limited", 503: "upstream_unavailable"}
+
+
+def retry_after_of(value: str | None) -> str | None:
+    """A Retry-After header worth passing on (delay-seconds or an HTTP date), else None.
+
+    >>> retry_after_of(" 7 "), retry_after_of("Wed, 21 Oct 2026 07:28:00 GMT")[:3], retry_after_of("soon")
+    ('7', 'Wed', None)
+    """
+    v = (value or "").strip()
+    if v.isdigit():
+        return v
+    from email.utils import parsedate_to_datetime
+
+    try:
+        return v if v and parsedate_to_datetime(v) is not None else None
+    except (TypeError, ValueError):
+        return None
 
 
 def public_url(url: str) -> str:
@@ -82,9 +108,9 @@ class UpstreamStream:
             if raw_lines:
                 yield SSEEvent("\n".join(data_lines) if data_lines else None, "\n".join(raw_lines))
         except httpx.TimeoutException:
-            raise UpstreamError(504, "upstream_timeout", f"the upstream LLM at {self._where} stopped sending the stream (read timeout)") from None
+            raise UpstreamError(504, "upstream_timeout", "the upstream LLM stopped sending the stream (read timeout)", where=self._where) from None
         except httpx.TransportError as e:
-            raise UpstreamError(502, "upstream_unreachable", f"the upstream LLM stream from {self._where} broke ({type(e).__name__})") from None
+            raise UpstreamError(502, "upstream_unreachable", f"the upstream LLM stream broke ({type(e).__name__})", where=self._where) from None
 
     async def aclose(self) -> None:
         await self._response.aclose()
@@ -112,7 +138,7 @@ class UpstreamClient:
     async def aclose(self) -> None:
         await self._client.aclose()
 
-    def _status_error(self, status: int, body: bytes) -> UpstreamError:
+    def _status_error(self, status: int, body: bytes, headers: httpx.Headers | None = None) -> UpstreamError:
         msg = ""
         try:
             payload = json.loads(body)
@@ -122,24 +148,30 @@ class UpstreamClient:
         except (json.JSONDecodeError, UnicodeDecodeError):
             msg = ""
         detail = f": {msg[:300]}" if msg else ""
-        return UpstreamError(502, "upstream_error", f"the upstream LLM at {self.where} answered HTTP {status}{detail}", upstream_status=status)
+        retry_after = retry_after_of((headers or {}).get("retry-after"))
+        if status in PASSED_THROUGH:
+            wait = f"; retry after {retry_after} s" if retry_after and retry_after.isdigit() else ""
+            return UpstreamError(status, PASSED_THROUGH[status], f"the upstream LLM answered HTTP {status}{detail}{wait}",
+                                 upstream_status=status, retry_after=retry_after, where=self.where)
+        return UpstreamError(502, "upstream_error", f"the upstream LLM answered HTTP {status}{detail}", upstream_status=status,
+                             where=self.where)
 
     async def chat(self, payload: dict[str, Any]) -> dict[str, Any]:
         """A non-streaming chat completion (the upstream's JSON object)."""
         try:
             r = await self._client.post(self.url, json=payload)
         except httpx.TimeoutException:
-            raise UpstreamError(504, "upstream_timeout", f"the upstream LLM at {self.where} did not answer in time") from None
+            raise UpstreamError(504, "upstream_timeout", "the upstream LLM did not answer in time", where=self.where) from None
         except httpx.TransportError as e:
-            raise UpstreamError(502, "upstream_unreachable", f"cannot reach the upstream LLM at {self.where} ({type(e).__name__})") from None
+            raise UpstreamError(502, "upstream_unreachable", f"cannot reach the upstream LLM ({type(e).__name__})", where=self.where) from None
         if not 200 <= r.status_code < 300:
-            raise self._status_error(r.status_code, r.content)
+            raise self._status_error(r.status_code, r.content, r.headers)
         try:
             data = r.json()
         except (json.JSONDecodeError, UnicodeDecodeError):
-            raise UpstreamError(502, "upstream_bad_response", f"the upstream LLM at {self.where} answered with invalid JSON") from None
+            raise UpstreamError(502, "upstream_bad_response", "the upstream LLM answered with invalid JSON", where=self.where) from None
         if not isinstance(data, dict) or not isinstance(data.get("choices"), list):
-            raise UpstreamError(502, "upstream_bad_response", f"the upstream LLM at {self.where} answered without a 'choices' list")
+            raise UpstreamError(502, "upstream_bad_response", "the upstream LLM answered without a 'choices' list", where=self.where)
         return data
 
     async def open_stream(self, payload: dict[str, Any]) -> UpstreamStream:
@@ -149,9 +181,9 @@ class UpstreamClient:
         try:
             r = await self._client.send(req, stream=True)
         except httpx.TimeoutException:
-            raise UpstreamError(504, "upstream_timeout", f"the upstream LLM at {self.where} did not answer in time") from None
+            raise UpstreamError(504, "upstream_timeout", "the upstream LLM did not answer in time", where=self.where) from None
         except httpx.TransportError as e:
-            raise UpstreamError(502, "upstream_unreachable", f"cannot reach the upstream LLM at {self.where} ({type(e).__name__})") from None
+            raise UpstreamError(502, "upstream_unreachable", f"cannot reach the upstream LLM ({type(e).__name__})", where=self.where) from None
         if not 200 <= r.status_code < 300:
             try:
                 body = await r.aread()
@@ -159,5 +191,5 @@ class UpstreamClient:
                 body = b""
             finally:
                 await r.aclose()
-            raise self._status_error(r.status_code, body)
+            raise self._status_error(r.status_code, body, r.headers)
         return UpstreamStream(r, self.where)
