@@ -85,3 +85,21 @@ def test_balanced_class_weights():
     w = class_weights([0, 0, 0, 1, 2, 2], 3, "balanced")
     assert w.tolist() == pytest.approx([2 / 3, 2.0, 1.0])
     assert class_weights([0, 1], 2, "none").tolist() == [1.0, 1.0]
+
+
+def test_a_saved_config_with_a_retired_key_still_loads(tmp_path):
+    """Model directories trained before the answer-span head was removed keep loading (evaluate, soup)."""
+    import warnings
+
+    from suffice.training.fit.config import build_train_config
+
+    old = tmp_path / "train_config.yaml"
+    old.write_text("task: sufficiency\nanswer_span_weight: 0.0\nmax_length: 128\n")
+    assert build_train_config(old, ["--train_file=tests/fixtures/train20.jsonl"]).max_length == 128
+    old.write_text("task: sufficiency\nanswer_span_weight: 0.5\n")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        build_train_config(old, ["--train_file=tests/fixtures/train20.jsonl"])
+    assert any("answer_span_weight=0.5 is ignored" in str(w.message) for w in caught)
+    with pytest.raises(Exception, match="answer_span_weight"):
+        build_train_config(None, ["--answer_span_weight=0.5", "--train_file=tests/fixtures/train20.jsonl"])  # not on the command line
