@@ -28,6 +28,9 @@ MODEL_INT8 = "model.int8.onnx"
 TOKENIZER = "tokenizer.json"
 TASKS = ("sufficiency", "retrieval_gate")
 # The three sufficiency levels, most to least sufficient: the one place that names them.
+# The manifest's metrics key holding how decisive the model is at "sufficient" on validation
+# (coverage, recall and precision at the threshold, the score reaching 90% precision).
+VALIDATION_LEVELS = "validation_levels"
 LEVELS = ("sufficient", "partial", "insufficient")
 SUFFICIENT, PARTIAL, INSUFFICIENT = LEVELS
 STRATEGIES = ("select", "truncate", "recent", "select_lines")

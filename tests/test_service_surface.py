@@ -106,16 +106,16 @@ def fake_scorer(metrics):
 
 
 def test_coverage_warning_names_the_numbers():
-    low = coverage_warning(fake_scorer({"validation": {"coverage": {"sufficient": 1 / 256, "threshold": 0.8}, "n": 256}}), 0.2)
+    low = coverage_warning(fake_scorer({"validation_levels": {"coverage_at_sufficient": 1 / 256, "sufficient_threshold": 0.8, "items": 256}}), 0.2)
     assert low and "0.4%" in low and "256" in low and "coverage_floor=0.2" in low and "sufficient>=0.8" in low
-    assert coverage_warning(fake_scorer({"coverage": {"sufficient": 0.35}}), 0.2) is None
+    assert coverage_warning(fake_scorer({"validation_levels": {"coverage_at_sufficient": 0.35}}), 0.2) is None
     assert coverage_warning(fake_scorer({}), 0.2) is None  # not recorded: say nothing
-    assert coverage_warning(fake_scorer({"coverage": 0.1}), 0.0) is None
+    assert coverage_warning(fake_scorer({"validation_levels": {"coverage_at_sufficient": 0.1}}), 0.0) is None
 
 
 def test_coverage_warning_is_logged_at_start(caplog):
     caplog.set_level(logging.WARNING, logger="suffice.service")
-    create_app(load_service_config(None), fake_scorer({"coverage": {"sufficient": 0.004}}), api_keys=[], upstream_api_key=None)
+    create_app(load_service_config(None), fake_scorer({"validation_levels": {"coverage_at_sufficient": 0.004}}), api_keys=[], upstream_api_key=None)
     assert any("coverage_floor" in rec.getMessage() for rec in caplog.records)
 
 

@@ -35,7 +35,7 @@ from typing import Any, AsyncIterator, Mapping, Sequence
 
 from fastapi import FastAPI
 
-from suffice.serving.bundle import SUFFICIENT
+from suffice.serving.bundle import SUFFICIENT, VALIDATION_LEVELS
 from suffice.serving.service.config import ServiceConfig, read_api_keys, read_secret_env
 from suffice.serving.service.docs import add_docs
 from suffice.serving.service.errors import ApiError, RedactingFilter, Redactor, add_error_handlers, error_body
@@ -103,27 +103,21 @@ def create_app(config: ServiceConfig, scorer: Any, *, retrieval_gate: Any = None
 
 def recorded_coverage(metrics: Any) -> tuple[float, Any, Any] | None:
     """(share, threshold, n items) of validation items at or above the ``sufficient`` threshold, as the
-    bundle manifest's ``metrics`` records it (``coverage`` or ``validation.coverage``: a number or
-    ``{sufficient: share}``; ``threshold`` / ``n`` beside it when known); None when not recorded.
+    bundle manifest's ``metrics[VALIDATION_LEVELS]`` records it (written at training's finalize);
+    None when not recorded (older bundles).
 
-    >>> recorded_coverage({"validation": {"coverage": {"sufficient": 0.004}, "n": 256}})
-    (0.004, None, 256)
+    >>> recorded_coverage({"validation_levels": {"coverage_at_sufficient": 0.004, "sufficient_threshold": 0.8, "items": 256}})
+    (0.004, 0.8, 256)
     >>> recorded_coverage({}) is None
     True
     """
-    if not isinstance(metrics, Mapping):
+    levels = metrics.get(VALIDATION_LEVELS) if isinstance(metrics, Mapping) else None
+    if not isinstance(levels, Mapping):
         return None
-    for block in (metrics, metrics.get("validation")):
-        if not isinstance(block, Mapping):
-            continue
-        cov = block.get("coverage", block.get("coverage_at_sufficient"))
-        if isinstance(cov, Mapping):
-            share, threshold, n = cov.get(SUFFICIENT), cov.get("threshold"), cov.get("n", block.get("n"))
-        else:
-            share, threshold, n = cov, block.get("threshold"), block.get("n")
-        if isinstance(share, (int, float)) and not isinstance(share, bool):
-            return float(share), threshold, n
-    return None
+    share = levels.get("coverage_at_sufficient")
+    if not isinstance(share, (int, float)) or isinstance(share, bool) or share != share:
+        return None
+    return float(share), levels.get("sufficient_threshold"), levels.get("items")
 
 
 def coverage_warning(scorer: Any, floor: float) -> str | None:

@@ -17,6 +17,7 @@ import numpy as np
 
 from suffice.serving.jsonl import json_safe
 from suffice.serving.runtime import softmax
+from suffice.serving.bundle import VALIDATION_LEVELS
 from suffice.serving.config import dump_yaml
 from suffice.training.evaluation import report as ev
 from suffice.training.fit.config import TrainConfig
@@ -32,7 +33,7 @@ def level_thresholds(cfg: TrainConfig, val_logits: np.ndarray, val_labels: np.nd
 
     p_suff = softmax(val_logits, temperature)[:, cfg.positive_index]
     levels = decisiveness(p_suff, (val_labels == cfg.positive_index).astype(int), cfg.calibration.sufficient)
-    return {"sufficient": cfg.calibration.sufficient, "partial": cfg.calibration.partial}, {"validation_levels": levels}
+    return {"sufficient": cfg.calibration.sufficient, "partial": cfg.calibration.partial}, {VALIDATION_LEVELS: levels}
 
 
 def skip_threshold(cfg: TrainConfig, val_logits: np.ndarray, val_labels: np.ndarray, temperature: float):
@@ -101,7 +102,7 @@ def finalize(cfg: TrainConfig, accelerator, model, *, val_logits: np.ndarray, en
         **provenance,
         "mlflow": {"run_id": state.mlflow_run_id, "registered_model": None, "version": None},
         "metrics": json_safe({"test": test_overall, "validation": val_report["overall"],
-                              **({"validation_levels": threshold_info["validation_levels"]} if "validation_levels" in threshold_info else {}),
+                              **({VALIDATION_LEVELS: threshold_info[VALIDATION_LEVELS]} if VALIDATION_LEVELS in threshold_info else {}),
                               **(extra_metrics or {})}),
     })
     out.update(save_and_register(cfg, accelerator.unwrap_model(model), base_dir, out_dir, meta, report, tracker, state, encoded["validation"]))
