@@ -318,7 +318,8 @@ def gate_rows(r: dict) -> list[tuple[str, dict]]:
 
 def format_split(name: str, r: dict) -> list[str]:
     """One split's section: the deciders, the margins, pair accuracy, per-category accuracy, the goals."""
-    lines = [f"== split {name}: {r['n_test']} held-out threads (trained on {r['n_train']}, validation {r['n_validation']})"]
+    lines = [f"== split {name}: retrieval gate on {r['n_test']} held-out threads (trained on {r['n_train']}, "
+             f"validation {r['n_validation']})"]
     if r.get("test_domains"):
         lines.append(f"   test domains ({len(r['test_domains'])}): " + "; ".join(r["test_domains"]))
     lines.append(f"{'decider':<26} {'macro-F1':>9} {'SKIP prec':>10} {'SKIP rate':>10} {'accuracy':>9} {'AUROC':>6}")
@@ -340,7 +341,7 @@ def format_split(name: str, r: dict) -> list[str]:
 
 def format_report(r: dict) -> str:
     hw = r["hardware"]
-    lines = [f"retrieval gate {r['bundle']} ({r['headline_precision']} headline) on {hw.get('cpu_model') or hw['cpu']} "
+    lines = [f"bundle {r['bundle']} ({r['headline_precision']} headline), CPU {hw.get('cpu_model') or hw['cpu']} "
              f"[{', '.join(hw.get('isa', [])) or 'ISA flags unknown'}], {hw['threads']} threads"]
     for name, s in r.get("splits", {r.get("split", "opening_message"): r}).items():
         lines += format_split(name, s)
