@@ -16,11 +16,12 @@ pytest.importorskip("optimum")
 
 @pytest.fixture(scope="module")
 def bundle(tiny_bert_dir, tmp_path_factory):
-    from suffice.training.export import export_bundle
+    from suffice.training.export import ParityConfig, export_bundle
 
     root = tmp_path_factory.mktemp("scorer")
     model_dir = make_model_dir(tiny_bert_dir, root / "model", lora=False)
-    return model_dir, export_bundle(model_dir, root / "bundle", validation_items(30))
+    # a random tiny model's AUROC on 30 items moves by points under any perturbation: these tests are about serving
+    return model_dir, export_bundle(model_dir, root / "bundle", validation_items(30), parity=ParityConfig(max_metric_drop=1.0))
 
 
 @pytest.fixture
