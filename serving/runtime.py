@@ -107,10 +107,14 @@ class OnnxClassifier:
         self.cpu = self.config.cpu or detect()
         if self.config.precision == "int8" and not manifest.int8_model_file:
             raise BundleError(f"bundle {self.path} has no int8 model: use precision='fp32' or 'auto', or re-export with quantisation")
-        candidates = rank_variants(manifest.model_file, manifest.int8_model_file, self.cpu,
-                                   backend=self.config.backend, precision=self.config.precision)
-        if self.config.backend == "auto" and not openvino_available() and self.cpu.bf16:
-            log.info("OpenVINO is not installed: bf16 variants are skipped on this %s CPU (%s)", self.cpu.isa_class, OPENVINO_INSTALL)
+        has_openvino = openvino_available()
+        candidates = rank_variants(manifest.model_file, manifest.int8_model_file, self.cpu, backend=self.config.backend,
+                                   precision=self.config.precision, openvino=has_openvino)
+        self.notes: list[str] = []
+        if self.config.backend == "auto" and not has_openvino and self.cpu.bf16:
+            self.notes.append(f"OpenVINO is not installed: its bf16 variant is skipped on this {self.cpu.isa_class} CPU with bf16 units "
+                              f"({OPENVINO_INSTALL} to use it)")
+            log.info("%s", self.notes[-1])
         probe = read_probe(self.path, manifest) if self.config.check_probe else None
         self.rejected: list[dict[str, Any]] = []
         self.probe_check: ProbeCheck | None = None
@@ -230,7 +234,7 @@ class OnnxClassifier:
     def describe(self) -> dict[str, Any]:
         m = self.manifest
         return {"path": str(self.path), "task": m.task, "variant": self.variant, "backend": self.backend,
-                "precision": self.precision, "model_file": self.model_file, "cpu": self.cpu.as_dict(), "rejected_variants": self.rejected,
+                "precision": self.precision, "model_file": self.model_file, "cpu": self.cpu.as_dict(), "rejected_variants": self.rejected, "notes": self.notes,
                 "probe": None if self.probe_check is None else self.probe_check.as_dict(),
                 "max_length": m.max_length, "strategy": m.long_context_strategy, "model_version": m.model_version,
                 "mlflow_run_id": m.mlflow_run_id}
