@@ -150,3 +150,20 @@ def test_openvino_bf16_on_a_bf16_cpu_is_probe_checked(bundles, openvino):
     assert (s.variant == "openvino-bf16" and d["probe"]["ok"]) or (
         s.variant == "openvino-fp32" and d["rejected_variants"][0]["variant"] == "openvino-bf16")
     assert s.score("Where is the Eiffel Tower?", ["The Eiffel Tower is in Paris."]).level
+
+
+def test_readyz_names_the_variants(bundles, monkeypatch):
+    pytest.importorskip("fastapi")
+    from test_service_support import ServiceServer
+
+    from suffice.serving import ScorerConfig, SufficiencyScorer, runtime
+    from suffice.serving.gates.retrieval import RetrievalGate, RetrievalGateConfig
+    from suffice.serving.service import create_app, load_service_config
+
+    monkeypatch.setattr(runtime, "openvino_available", lambda: False)
+    scorer = SufficiencyScorer.load(bundles[0], ScorerConfig(cpu=cpu(VNNI)))
+    gate = RetrievalGate.load(bundles[1], RetrievalGateConfig(backend="onnxruntime", precision="fp32"))
+    app = create_app(load_service_config(None), scorer, retrieval_gate=gate, api_keys=[], upstream_api_key=None)
+    with ServiceServer(app) as s, s.client() as c:
+        body = c.get("/readyz").json()
+    assert body["variant"] == "onnxruntime-int8" and body["retrieval_gate_variant"] == "onnxruntime-fp32"
