@@ -19,9 +19,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Iterator, Mapping, Sequence
 
 from suffice.serving.bundle import DEFAULT_THRESHOLDS, INSUFFICIENT, LEVELS, PARTIAL, SUFFICIENT
+from suffice.serving.cpu import CpuInfo
 from suffice.serving.lexical import Coverage, keyword_coverage, stem, tokenize_words
 from suffice.serving.packing import PackedInput, normalise_passages
-from suffice.serving.cpu import CpuInfo
 from suffice.serving.runtime import MAX_BATCH_TOKENS, OnnxClassifier, RuntimeConfig
 
 @dataclass(frozen=True)
@@ -37,17 +37,19 @@ class ScorerConfig:
     thresholds: overrides of the manifest's ``sufficient`` / ``partial`` thresholds.
     borderline_margin: a score this close to a threshold is reported as borderline.
     verify_checksums: refuse a bundle whose files do not match the manifest's sha256.
+    max_batch_tokens: padded tokens per model call inside a chunk.
+    cpu: the CPU to select the variant for (None: this machine's, ``suffice.serving.cpu.detect``).
     """
 
     precision: str = "auto"
     intra_op_threads: int = 0
     batch_size: int = 32
-    backend: str = "auto"
-    max_batch_tokens: int = MAX_BATCH_TOKENS
-    cpu: CpuInfo | None = None
     thresholds: Mapping[str, float] | None = None
     borderline_margin: float = 0.05
     verify_checksums: bool = True
+    backend: str = "auto"
+    max_batch_tokens: int = MAX_BATCH_TOKENS
+    cpu: CpuInfo | None = None
 
     def __post_init__(self) -> None:
         self.runtime()  # validates backend, precision, threads, max_batch_tokens
