@@ -1,9 +1,13 @@
-"""Latency and throughput of the scorer: int8 ONNX vs fp32 ONNX vs PyTorch eager fp32 vs lexical.
+"""Latency and throughput of the scorer: every backend and precision this machine runs, side by side.
 
-Side by side in one run (timings on a shared machine are noisy; compare within a run):
-p50/p95/p99 latency and throughput at 128/256/512 tokens and batch 1/8/32, the end-to-end
-``scorer.score`` latency (packing included), model file sizes and the resident memory of a
-fresh process holding one scorer. Writes JSON to ``--out``.
+ONNX Runtime int8 and fp32, OpenVINO fp32 and bf16 (where ``openvino`` is installed; bf16 only on
+CPUs with AMX or AVX-512 BF16), PyTorch eager fp32 and the lexical heuristic, in one run (timings on
+a shared machine are noisy; compare within a run): p50/p95/p99 latency and throughput at
+128/256/512 tokens and batch 1/8/32, each variant's p50 ratio to PyTorch eager and to ONNX Runtime
+fp32, the CPU model and ISA class (``suffice.serving.cpu``) and the variant ``backend="auto"``
+picks on it, a mixed-length batch (padded to the longest vs sorted by length), the end-to-end
+``scorer.score`` latency (packing included), model file sizes and the resident memory of a fresh
+process holding one scorer. Writes JSON to ``--out``.
 
     python benchmarks/bench_scorer.py --bundle /tmp/minilm-bundle --model-dir /tmp/minilm-model --out bench.json
 """
@@ -50,11 +54,53 @@ def synthetic_feeds(length: int, batch: int, seed: int = 0) -> dict[str, np.ndar
     return {"input_ids": ids, "token_type_ids": types, "attention_mask": np.ones_like(ids)}
 
 
+def _version(pkg: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(pkg)
+    except PackageNotFoundError:
+        return None
+
+
+def p50_ratios(row: dict, runners: dict) -> dict:
+    """Each model variant's p50 speed-up over PyTorch eager fp32 and over ONNX Runtime fp32 (>1 = faster)."""
+    out = {}
+    for base in ("torch_eager_fp32", "onnx_fp32"):
+        ref = row.get(base, {}).get("p50_ms")
+        for name in runners:
+            if ref and name != base and name in row:
+                out[f"{name}_vs_{base}"] = round(ref / row[name]["p50_ms"], 2)
+    return out
+
+
+def mixed_length_batch(model, budget_s: float, n: int = 32, seed: int = 0) -> dict:
+    """Items/s on ``n`` rows of mixed length (40 .. the window): one by one, one call padded to the longest
+    row (the old batching), and the runtime's batching (sorted by length, calls capped by max_batch_tokens)."""
+    from suffice.serving.packing import PackedInput, pad_packed
+
+    rng = np.random.default_rng(seed)
+    top = model.manifest.max_length
+    packed = []
+    for L in rng.integers(min(40, top - 2), top, size=n):
+        ids = [101] + rng.integers(2000, 29000, size=int(L) - 2).tolist() + [102]
+        packed.append(PackedInput(ids, [0] * 10 + [1] * (int(L) - 10), [1] * int(L), "select", 8, int(L), int(L), 1, 1, 1, 1))
+    fns = {"one_by_one": lambda: [model.run(pad_packed([p], model.packer.pad_id)) for p in packed],
+           "padded_to_longest": lambda: model.run(pad_packed(packed, model.packer.pad_id)),
+           "sorted_capped": lambda: model.predict_packed(packed)}
+    out = {"rows": n, "mean_tokens": round(float(np.mean([len(p.input_ids) for p in packed])), 1),
+           "max_batch_tokens": model.config.max_batch_tokens, "variant": model.variant}
+    for name, fn in fns.items():
+        ms = timed(fn, 2, 20, budget_s, warmup=1)
+        out[f"{name}_items_s"] = round(n * 1000.0 / float(np.median(ms)), 2)
+    return out
+
+
 def rss_of_scorer(bundle: str, threads: int, precision: str) -> dict:
     code = f"""
 import json, resource
 from suffice.serving import SufficiencyScorer, ScorerConfig
-s = SufficiencyScorer.load({bundle!r}, ScorerConfig(precision={precision!r}, intra_op_threads={threads}))
+s = SufficiencyScorer.load({bundle!r}, ScorerConfig(precision={precision!r}, backend="onnxruntime", intra_op_threads={threads}))
 for _ in range(5): s.score("When did Chopin leave Warsaw?", ["Chopin left Warsaw in 1830. " * 30])
 rss = [l for l in open("/proc/self/status") if l.startswith(("VmRSS", "VmHWM"))]
 print(json.dumps({{l.split(":")[0]: int(l.split()[1]) / 1024 for l in rss}}))
@@ -111,6 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32])
     ap.add_argument("--budget-s", type=float, default=3.0, help="seconds per (variant, length, batch) cell")
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--no-memory", action="store_true", help="skip the resident-memory subprocesses")
+    ap.add_argument("--no-mixed", action="store_true", help="skip the mixed-length batch cell")
+    ap.add_argument("--no-openvino", action="store_true", help="skip the OpenVINO variants even where openvino is installed")
     args = ap.parse_args(argv)
 
     import onnxruntime as ort
@@ -118,12 +167,24 @@ def main(argv: list[str] | None = None) -> int:
     from suffice.serving import ScorerConfig, SufficiencyScorer
     from suffice.serving.lexical import keyword_coverage
 
+    from suffice.serving.backends import openvino_available
+    from suffice.serving.cpu import detect
+
+    cpu = detect()
     bundle = Path(args.bundle)
     has_int8 = bool(json.loads((bundle / "suffice.json").read_text()).get("int8_model_file"))
-    runners = {}
-    for prec in ("int8", "fp32") if has_int8 else ("fp32",):  # an fp32-only bundle (int8 parity refused) has no int8 model
-        s = SufficiencyScorer.load(bundle, ScorerConfig(precision=prec, intra_op_threads=args.threads))
-        runners[f"onnx_{prec}"] = (lambda m: (lambda f: m.run(f)))(s._model)
+    runners, loaded = {}, {}
+    # an fp32-only bundle (int8 parity refused) has no int8 model; OpenVINO bf16 only where the CPU has bf16 units
+    variants = [("onnx_int8", "onnxruntime", "int8")] if has_int8 else []
+    variants.append(("onnx_fp32", "onnxruntime", "fp32"))
+    if openvino_available() and not args.no_openvino:
+        variants += [("openvino_fp32", "openvino", "fp32")] + ([("openvino_bf16", "openvino", "bf16")] if cpu.bf16 else [])
+    for name, backend, prec in variants:
+        s = SufficiencyScorer.load(bundle, ScorerConfig(backend=backend, precision=prec, intra_op_threads=args.threads))
+        if s.variant != f"{backend}-{prec}":  # the parity probe refused it: say so, time what serving would run
+            print(f"{name}: not used on this CPU ({s.describe()['rejected_variants']})", flush=True)
+        runners[name] = (lambda m: (lambda f: m.run(f)))(s._model)
+        loaded[name] = s.describe()
     for spec in args.extra_onnx:
         name, path = spec.split("=", 1)
         so = ort.SessionOptions()
@@ -145,8 +206,10 @@ def main(argv: list[str] | None = None) -> int:
         runners["torch_eager_fp32"] = torch_run
 
     words = "Chopin left Warsaw in 1830 shortly before the November Uprising and settled in Paris".split()
-    results: dict = {"cells": [], "env": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-                                          "threads": args.threads, "onnxruntime": ort.__version__, "python": platform.python_version()}}
+    results: dict = {"cells": [], "env": {**cpu.as_dict(), "cpu": cpu.describe(), "threads": args.threads, "onnxruntime": ort.__version__,
+                                          "openvino": _version("openvino"), "python": platform.python_version(),
+                                          "load_average_at_start": [round(x, 2) for x in os.getloadavg()]},
+                     "variants": {k: {"variant": d["variant"], "probe": d["probe"], "rejected": d["rejected_variants"]} for k, d in loaded.items()}}
     for L in args.lengths:
         for B in args.batches:
             feeds = synthetic_feeds(L, B)
@@ -161,22 +224,31 @@ def main(argv: list[str] | None = None) -> int:
                 for prec in ("int8", "fp32"):
                     if f"onnx_{prec}" in row:
                         row[f"speedup_{prec}_vs_torch_p50"] = round(t / row[f"onnx_{prec}"]["p50_ms"], 2)
+            row["p50_ratios"] = p50_ratios(row, runners)
             results["cells"].append(row)
-            print(json.dumps({k: (v["p50_ms"] if isinstance(v, dict) else v) for k, v in row.items()}), flush=True)
+            print(json.dumps({k: (v.get("p50_ms", v) if isinstance(v, dict) else v) for k, v in row.items()}), flush=True)
 
     scorer = SufficiencyScorer.load(bundle, ScorerConfig(intra_op_threads=args.threads))
+    results["auto_variant"] = scorer.variant
+    if not args.no_mixed:
+        results["mixed_length_batch"] = mixed_length_batch(scorer._model, args.budget_s)
+        print(json.dumps({"mixed_length_batch": results["mixed_length_batch"]}), flush=True)
     passage = ("Frederic Chopin was a Polish composer. He left Warsaw in 1830, shortly before the November Uprising. "
                "He settled in Paris, where he taught piano and composed. ") * 12
     results["end_to_end_score_256_window"] = stats(timed(lambda: scorer.score("When did Chopin leave Warsaw?", [passage]), 10, 300, args.budget_s), 1)
     results["file_sizes_mb"] = {f.name: round(f.stat().st_size / 1e6, 2) for f in bundle.iterdir()}
     results["memory"] = {prec: rss_of_scorer(str(bundle), args.threads, prec) for prec in (("int8", "fp32") if has_int8 else ("fp32",))}
-    if "torch_eager_fp32" in runners:
+    if args.no_memory:
+        results.pop("memory")
+    if "torch_eager_fp32" in runners and not args.no_memory:
         results["memory"]["torch_eager_fp32"] = rss_of_torch(str(args.model_dir), args.threads)
-    results["memory"]["lexical"] = rss_of_lexical()
+    if not args.no_memory:
+        results["memory"]["lexical"] = rss_of_lexical()
+    results["env"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     results["manifest_parity"] = json.loads((bundle / "suffice.json").read_text()).get("parity")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=2))
-    print(json.dumps({k: results[k] for k in ("end_to_end_score_256_window", "file_sizes_mb", "memory")}, indent=1))
+    print(json.dumps({k: results.get(k) for k in ("auto_variant", "end_to_end_score_256_window", "file_sizes_mb", "memory")}, indent=1))
     return 0
 
 

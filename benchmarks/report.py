@@ -288,7 +288,7 @@ def render_markdown(results: Mapping[str, Any]) -> str:
     t = results["timings_s"]
     out = [f"# suffice benchmarks, {meta['date']}", "",
            ("**SMOKE RUN: a tiny random model on a handful of items; these numbers only show the code paths work.**\n" if meta["smoke"] else ""),
-           f"- hardware: {hw['cpu_model']}, {hw['cores']} cores ({hw['cpu_flags']}), {hw['memory_gb']} GiB RAM; shared machine, so compare "
+           f"- hardware: {hw['cpu_model']}, ISA class {hw.get('isa_class', '?')}, {hw['cores']} cores ({hw['cpu_flags']}), {hw['memory_gb']} GiB RAM; shared machine, so compare "
            "numbers within this run (ratios), not across runs",
            f"- load average (1/5/15 min) at start {hw.get('load_average_at_start')}, at end {hw.get('load_average_at_end')} "
            f"(other work on this {hw['cores']}-core machine during the run); CPU probe (wall time of a fixed 3M-iteration Python loop: "

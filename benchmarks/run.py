@@ -119,24 +119,19 @@ def cpu_probe_ms() -> float:
 
 
 def hardware() -> dict[str, Any]:
-    """CPU model (lscpu), cores, SIMD features that matter for int8, memory."""
-    model, flags = platform.processor() or platform.machine(), set()
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
-        for line in out.splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "Model name":
-                model = value.strip()
-            elif key.strip() == "Flags":
-                flags = set(value.split())
-    except (OSError, subprocess.SubprocessError):
-        pass
-    simd = [f for f in ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8") if f in flags]
+    """CPU model and ISA class (``suffice.serving.cpu``, the detection serving selects its variant with), cores,
+    the SIMD features that matter for int8 and bf16, memory, load."""
+    from suffice.serving.cpu import detect
+
+    cpu = detect()
+    simd = [f for f in ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8") if f in cpu.flags]
+    model = cpu.model
     try:
         mem_kb = next(int(line.split()[1]) for line in open("/proc/meminfo") if line.startswith("MemTotal"))
     except (OSError, StopIteration):
         mem_kb = 0
-    return {"cpu_model": model, "cores": os.cpu_count(), "cpu_flags": ", ".join(simd) or "no AVX2", "memory_gb": round(mem_kb / 2**20, 1),
+    return {"cpu_model": model, "isa_class": cpu.isa_class, "cpu": cpu.describe(), "bf16": cpu.bf16, "vnni": cpu.vnni,
+            "cores": os.cpu_count(), "cpu_flags": ", ".join(simd) or "no AVX2", "memory_gb": round(mem_kb / 2**20, 1),
             "platform": platform.platform(), "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
             "cpu_probe_ms_at_start": cpu_probe_ms()}
 
@@ -145,7 +140,7 @@ def versions() -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
     out = {"python": platform.python_version()}
-    for pkg in ("onnxruntime", "torch", "transformers", "peft", "llama-cpp-python"):
+    for pkg in ("onnxruntime", "openvino", "torch", "transformers", "peft", "llama-cpp-python"):
         try:
             out[pkg] = version(pkg)
         except PackageNotFoundError:
@@ -300,10 +295,12 @@ def mlflow_metrics(results: dict[str, Any]) -> dict[str, float]:
     m: dict[str, float] = {f"seconds_{k}": v for k, v in results["timings_s"].items()}
     speed = results.get("speed") or {}
     for c in speed.get("cells", []):
-        for v in ("onnx_int8", "onnx_fp32", "torch_eager_fp32", "lexical"):
+        for v in ("onnx_int8", "onnx_fp32", "openvino_fp32", "openvino_bf16", "torch_eager_fp32", "lexical"):
             if v in c:
                 for k in ("p50_ms", "p95_ms", "p99_ms", "throughput_items_s"):
                     m[f"speed_{v}_{c['tokens']}t_b{c['batch']}_{k}"] = c[v][k]
+        for k, v in (c.get("p50_ratios") or {}).items():
+            m[f"p50_ratio_{k}_{c['tokens']}t_b{c['batch']}"] = v
     for r in speed.get("ratios", []):
         for k, v in r.items():
             if k.startswith(("int8_vs", "fp32_vs")) and v:
@@ -358,7 +355,8 @@ def log_to_mlflow(results: dict[str, Any], out: Path) -> str | None:
     tracker.start(f"bench-{meta['date']}{'-smoke' if meta['smoke'] else ''}",
                   tags={"smoke": str(meta["smoke"]), "git_commit": meta.get("git_commit") or "", "cpu": meta["hardware"]["cpu_model"]})
     tracker.log_params({"model_dir": meta["model"].get("model_dir"), "bundle": meta["model"].get("bundle"), "parts": ",".join(meta["parts"]),
-                        "cores": meta["hardware"]["cores"], "cpu_flags": meta["hardware"]["cpu_flags"], "threads": meta["threads"],
+                        "cores": meta["hardware"]["cores"], "cpu_flags": meta["hardware"]["cpu_flags"],
+                        "isa_class": meta["hardware"].get("isa_class"), "threads": meta["threads"],
                         **{f"version_{k}": v for k, v in meta["versions"].items()}})
     tracker.log_metrics(mlflow_metrics(results))
     tracker.log_artifacts(out, "benchmark")

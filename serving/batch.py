@@ -39,6 +39,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from suffice.serving.backends import BACKENDS, PRECISIONS
 from suffice.serving.batch_io import (
     ERROR_COLUMN, BatchScoreError, InputRow, JsonlChunkWriter, ParquetChunkWriter, count_rows, file_format, input_identity,
     iter_chunks, kept, output_schema, read_progress, write_progress,
@@ -251,7 +252,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--model", required=True, help="bundle folder, MLflow model folder, models:/NAME/VERSION or models:/NAME@ALIAS")
     ap.add_argument("--chunk-rows", type=int, default=1024, help="rows read, scored and written at a time (memory ~ this)")
     ap.add_argument("--batch-size", type=int, default=32, help="pairs per ONNX call")
-    ap.add_argument("--precision", choices=("auto", "int8", "fp32"), default="auto")
+    ap.add_argument("--backend", choices=BACKENDS, default="auto",
+                    help="auto: the fastest variant the bundle holds that this CPU supports (openvino: pip install 'suffice[openvino]')")
+    ap.add_argument("--precision", choices=PRECISIONS, default="auto")
     ap.add_argument("--threads", type=int, default=0, help="onnxruntime intra-op threads (0 = one per physical core)")
     ap.add_argument("--keep-columns", default="default",
                     help="input columns to copy to the output: default (all but passages/context), all, none, or a,b,c")
@@ -265,6 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from suffice.serving.backends import BackendUnavailableError
     from suffice.serving.bundle import BundleError
     from suffice.serving.model_uri import resolve_bundle_uri
 
@@ -274,12 +278,12 @@ def main(argv: list[str] | None = None) -> int:
         file_format(args.output, "--output")
         bundle = resolve_bundle_uri(args.model)
         scorer = SufficiencyScorer.load(bundle, ScorerConfig(precision=args.precision, intra_op_threads=args.threads,
-                                                             batch_size=args.batch_size))
-        print(f"suffice score: {args.input} -> {args.output} with {bundle} ({scorer.precision}, window "
+                                                             batch_size=args.batch_size, backend=args.backend))
+        print(f"suffice score: {args.input} -> {args.output} with {bundle} ({scorer.variant}, window "
               f"{scorer.manifest.max_length} tokens, {args.chunk_rows} rows per chunk, batch {args.batch_size})", file=sys.stderr)
         summary = score_file(args.input, args.output, scorer, chunk_rows=args.chunk_rows, keep_columns=keep,
                              progress=not args.no_progress, overwrite=args.overwrite, on_error=args.on_error, resume=args.resume)
-    except (BatchScoreError, BundleError) as e:
+    except (BatchScoreError, BundleError, BackendUnavailableError) as e:
         print(f"suffice score: {e}", file=sys.stderr)
         return 2
     except ValueError as e:  # ScorerConfig: batch size, threads
@@ -288,7 +292,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"suffice score: {summary.rows} rows in {summary.seconds:.1f} s ({summary.rows_per_s:.1f} rows/s)"
           + (f", {summary.errors} with errors (see the {ERROR_COLUMN} column)" if summary.errors else "")
           + (f", {summary.resumed_rows} of them from the interrupted run" if summary.resumed_rows else ""), file=sys.stderr)
-    print(json.dumps({**summary.to_dict(), "model": args.model, "bundle": str(bundle), "precision": scorer.precision}))
+    print(json.dumps({**summary.to_dict(), "model": args.model, "bundle": str(bundle), "precision": scorer.precision,
+                      "variant": scorer.variant}))
     return 0
 
 

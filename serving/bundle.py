@@ -21,6 +21,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from suffice.serving.probe import ParityProbe, ProbeError
+
 SCHEMA_VERSION = 1
 MANIFEST_NAME = "suffice.json"
 MODEL_FP32 = "model.onnx"
@@ -86,6 +88,8 @@ class BundleManifest:
     thresholds: decision thresholds (sufficiency: ``sufficient``/``partial``; gate: ``skip``).
     files: file name -> sha256 for every file of the bundle except this manifest.
     model_file / int8_model_file: the fp32 ONNX graph and the optional int8 one.
+    probe_file: the parity probe (packed validation inputs + fp32 scores) every variant is checked
+        against at load; None in bundles exported before it existed.
     """
 
     task: str
@@ -102,6 +106,7 @@ class BundleManifest:
     model_file: str = MODEL_FP32
     int8_model_file: str | None = None
     tokenizer_file: str = TOKENIZER
+    probe_file: str | None = None
     mlflow_run_id: str | None = None
     registered_model: str | None = None
     model_version: str | None = None
@@ -138,7 +143,7 @@ class BundleManifest:
             t = {**DEFAULT_THRESHOLDS["sufficiency"], **self.thresholds}
             if t[PARTIAL] > t[SUFFICIENT]:
                 raise ManifestError(f"thresholds partial={t[PARTIAL]} > sufficient={t[SUFFICIENT]}: partial must be the lower one")
-        for name in (self.model_file, self.tokenizer_file) + ((self.int8_model_file,) if self.int8_model_file else ()):
+        for name in (self.model_file, self.tokenizer_file) + tuple(f for f in (self.int8_model_file, self.probe_file) if f):
             if name not in self.files:
                 raise ManifestError(f"manifest lists no sha256 for {name!r}: every bundle file needs a checksum in 'files'")
 
@@ -231,6 +236,29 @@ def verify_bundle(path: str | os.PathLike, manifest: BundleManifest | None = Non
                 f"({f.stat().st_size} bytes): the file was modified or truncated; re-export or re-download the bundle"
             )
     return manifest
+
+
+def read_probe(path: str | os.PathLike, manifest: BundleManifest | None = None) -> ParityProbe | None:
+    """The bundle's parity probe, validated against the manifest; None for bundles without one.
+
+    >>> read_probe("bundles/sufficiency-v3").scores.shape  # doctest: +SKIP
+    (32,)
+    """
+    root = Path(path)
+    manifest = manifest or read_manifest(root)
+    if not manifest.probe_file:
+        return None
+    f = root / manifest.probe_file
+    if not f.is_file():
+        raise BundleNotFoundError(f"bundle {root} is missing its parity probe {manifest.probe_file!r}: re-export or re-download it")
+    try:
+        probe = ParityProbe.read(f)
+    except ProbeError as e:
+        raise ManifestError(str(e)) from e
+    width = probe.input_ids.shape[1]
+    if width > manifest.max_length:
+        raise ManifestError(f"{f}: probe rows are {width} tokens but the model's window is {manifest.max_length}: re-export the bundle")
+    return probe
 
 
 def write_manifest(path: str | os.PathLike, manifest: BundleManifest) -> Path:

@@ -19,20 +19,26 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Iterator, Mapping, Sequence
 
 from suffice.serving.bundle import DEFAULT_THRESHOLDS, INSUFFICIENT, LEVELS, PARTIAL, SUFFICIENT
+from suffice.serving.cpu import CpuInfo
 from suffice.serving.lexical import Coverage, keyword_coverage, stem, tokenize_words
 from suffice.serving.packing import PackedInput, normalise_passages
-from suffice.serving.runtime import OnnxClassifier, RuntimeConfig
+from suffice.serving.runtime import MAX_BATCH_TOKENS, OnnxClassifier, RuntimeConfig
 
 @dataclass(frozen=True)
 class ScorerConfig:
     """How a :class:`SufficiencyScorer` runs and decides.
 
-    precision: ``auto`` (int8 when the bundle has it), ``int8`` or ``fp32``.
-    intra_op_threads: onnxruntime intra-op threads (0 = one per physical core).
-    batch_size: pairs per ONNX call in :meth:`SufficiencyScorer.score_batch`.
+    backend: ``auto`` (the fastest variant the bundle holds that this CPU supports, checked against the
+        bundle's parity probe), ``onnxruntime`` or ``openvino`` (``pip install 'suffice[openvino]'``).
+    precision: ``auto``, ``int8``, ``fp32`` or ``bf16`` (OpenVINO on AMX / AVX-512 BF16 CPUs).
+    intra_op_threads: threads per inference (0 = one per physical core).
+    batch_size: pairs per chunk in :meth:`SufficiencyScorer.score_batch` (each chunk is sorted by
+        length and run in calls of at most ``max_batch_tokens`` padded tokens).
     thresholds: overrides of the manifest's ``sufficient`` / ``partial`` thresholds.
     borderline_margin: a score this close to a threshold is reported as borderline.
     verify_checksums: refuse a bundle whose files do not match the manifest's sha256.
+    max_batch_tokens: padded tokens per model call inside a chunk.
+    cpu: the CPU to select the variant for (None: this machine's, ``suffice.serving.cpu.detect``).
     """
 
     precision: str = "auto"
@@ -41,8 +47,12 @@ class ScorerConfig:
     thresholds: Mapping[str, float] | None = None
     borderline_margin: float = 0.05
     verify_checksums: bool = True
+    backend: str = "auto"
+    max_batch_tokens: int = MAX_BATCH_TOKENS
+    cpu: CpuInfo | None = None
 
     def __post_init__(self) -> None:
+        self.runtime()  # validates backend, precision, threads, max_batch_tokens
         if not isinstance(self.batch_size, int) or self.batch_size < 1:
             raise ValueError(f"batch_size={self.batch_size!r} must be a positive integer")
         if self.thresholds is not None:
@@ -54,6 +64,11 @@ class ScorerConfig:
                     raise ValueError(f"threshold {k}={v!r} must be a number in [0, 1]")
         if not 0.0 <= self.borderline_margin < 0.5:
             raise ValueError(f"borderline_margin={self.borderline_margin!r} must be in [0, 0.5)")
+
+    def runtime(self) -> RuntimeConfig:
+        """The :class:`RuntimeConfig` this scorer loads its bundle with."""
+        return RuntimeConfig(precision=self.precision, intra_op_threads=self.intra_op_threads, verify_checksums=self.verify_checksums,
+                             backend=self.backend, max_batch_tokens=self.max_batch_tokens, cpu=self.cpu)
 
 
 @dataclass(frozen=True)
@@ -107,14 +122,29 @@ class SufficiencyScorer:
         >>> scorer = SufficiencyScorer.load("bundles/sufficiency-v3", ScorerConfig(intra_op_threads=2))  # doctest: +SKIP
         """
         config = config or ScorerConfig()
-        rt = RuntimeConfig(precision=config.precision, intra_op_threads=config.intra_op_threads,
-                           verify_checksums=config.verify_checksums)
-        return cls(OnnxClassifier(path, rt, expected_task="sufficiency"), config)
+        return cls(OnnxClassifier(path, config.runtime(), expected_task="sufficiency"), config)
+
+    def __repr__(self) -> str:
+        return (f"SufficiencyScorer(bundle={str(self._model.path)!r}, variant={self.variant!r}, "
+                f"cpu={self._model.cpu.isa_class!r}, model_version={self.manifest.model_version!r})")
 
     # -- public API -------------------------------------------------------------------------
     @property
     def precision(self) -> str:
         return self._model.precision
+
+    @property
+    def variant(self) -> str:
+        """The model variant in use, e.g. ``onnxruntime-int8`` or ``openvino-bf16``."""
+        return self._model.variant
+
+    @property
+    def backend(self) -> str:
+        return self._model.backend
+
+    def describe(self) -> dict[str, Any]:
+        """What runs: bundle, variant, CPU, the variants skipped and why, the parity-probe numbers."""
+        return self._model.describe()
 
     @property
     def packer(self):

@@ -26,9 +26,9 @@ def test_bundle_is_self_describing(exported):
     from suffice.serving.bundle import read_manifest, sha256_file
 
     model_dir, bundle = exported
-    assert sorted(p.name for p in bundle.iterdir()) == ["model.int8.onnx", "model.onnx", "suffice.json", "tokenizer.json"]
+    assert sorted(p.name for p in bundle.iterdir()) == ["model.int8.onnx", "model.onnx", "probe.npz", "suffice.json", "tokenizer.json"]
     m = read_manifest(bundle)
-    assert m.task == "sufficiency" and m.id2label == {0: "insufficient", 1: "sufficient"}
+    assert m.task == "sufficiency" and m.id2label == {0: "insufficient", 1: "sufficient"} and m.probe_file == "probe.npz"
     assert m.temperature == 1.5 and m.max_length == 128 and m.long_context_strategy == "select"
     assert m.thresholds == {"sufficient": 0.8, "partial": 0.5}
     assert all(sha256_file(bundle / f) == h for f, h in m.files.items())

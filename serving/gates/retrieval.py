@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from suffice.serving.cpu import CpuInfo
 from suffice.serving.runtime import OnnxClassifier, RuntimeConfig
 
 RETRIEVE, SKIP = "RETRIEVE", "SKIP"
@@ -43,7 +44,8 @@ class RetrievalGateConfig:
     skip_threshold: SKIP when P(SKIP) >= this; None uses the bundle's ``thresholds.skip``.
     context_turns: how many previous turns go in as context (the most recent ones).
     max_tokens: window for question + context; None uses the bundle's max_length (never more).
-    precision / intra_op_threads / verify_checksums: as for the scorer.
+    backend / precision / intra_op_threads / verify_checksums / cpu: as for the scorer (the same
+        runtime selection: the fastest variant this CPU supports that passes the parity probe).
     """
 
     skip_threshold: float | None = None
@@ -52,14 +54,21 @@ class RetrievalGateConfig:
     precision: str = "auto"
     intra_op_threads: int = 0
     verify_checksums: bool = True
+    backend: str = "auto"
+    cpu: CpuInfo | None = None
 
     def __post_init__(self) -> None:
+        self.runtime()  # validates backend, precision and threads
         if self.skip_threshold is not None and not 0.0 <= self.skip_threshold <= 1.0:
             raise ValueError(f"skip_threshold={self.skip_threshold!r} must be in [0, 1]")
         if not isinstance(self.context_turns, int) or self.context_turns < 0:
             raise ValueError(f"context_turns={self.context_turns!r} must be an integer >= 0")
         if self.max_tokens is not None and (not isinstance(self.max_tokens, int) or self.max_tokens < 16):
             raise ValueError(f"max_tokens={self.max_tokens!r} must be an integer >= 16")
+
+    def runtime(self) -> RuntimeConfig:
+        return RuntimeConfig(precision=self.precision, intra_op_threads=self.intra_op_threads,
+                             verify_checksums=self.verify_checksums, backend=self.backend, cpu=self.cpu)
 
 
 @dataclass(frozen=True)
@@ -93,9 +102,15 @@ class RetrievalGate:
     def load(cls, path: str | os.PathLike, config: RetrievalGateConfig | None = None) -> "RetrievalGate":
         """Load a ``retrieval_gate`` bundle (manifest and checksums are validated)."""
         config = config or RetrievalGateConfig()
-        rt = RuntimeConfig(precision=config.precision, intra_op_threads=config.intra_op_threads,
-                           verify_checksums=config.verify_checksums)
-        return cls(OnnxClassifier(path, rt, expected_task="retrieval_gate"), config)
+        return cls(OnnxClassifier(path, config.runtime(), expected_task="retrieval_gate"), config)
+
+    @property
+    def variant(self) -> str:
+        """The model variant in use (``onnxruntime-int8``, ``openvino-bf16``, ...)."""
+        return self._model.variant
+
+    def __repr__(self) -> str:
+        return f"RetrievalGate(bundle={str(self._model.path)!r}, variant={self.variant!r}, cpu={self._model.cpu.isa_class!r})"
 
     def build_input(self, messages: Sequence[Mapping[str, Any]]) -> tuple[str, list[dict[str, str]]] | None:
         """(question, passages) for a thread, or None when this is the thread's first user message.

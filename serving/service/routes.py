@@ -161,7 +161,10 @@ async def healthz() -> dict[str, str]:
          responses={503: {"description": "not ready (starting, warm-up failed, shutting down)"}})
 async def readyz(state: State) -> JSONResponse:
     body = {"status": "ready" if state.ready else "not_ready", "model_version": state.model_version,
-            "retrieval_gate": state.retrieval_gate is not None, "queue_depth": state.queue.depth}
+            "retrieval_gate": state.retrieval_gate is not None, "queue_depth": state.queue.depth,
+            # which model variant runs (e.g. onnxruntime-int8, openvino-bf16): the runtime picks it per CPU
+            "variant": getattr(state.scorer, "variant", None),
+            "retrieval_gate_variant": getattr(state.retrieval_gate, "variant", None)}
     if not state.ready:
         body["reason"] = state.not_ready_reason
     return JSONResponse(body, status_code=200 if state.ready else 503)

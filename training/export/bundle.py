@@ -18,7 +18,7 @@ from suffice.serving.bundle import MODEL_FP32, MODEL_INT8, TOKENIZER
 from suffice.training.export.errors import ExportError, ParityConfig, ParityError  # noqa: F401  (ParityError: re-exported)
 from suffice.training.export.manifest import write_manifest
 from suffice.training.export.parity import check_parity, check_roundtrip
-from suffice.training.export.steps import merge, optimise, quantise, read_model, to_onnx
+from suffice.training.export.steps import merge, optimise, quantise, read_model, to_onnx, write_probe
 from suffice.training.export.validation import PROBE_ITEMS, as_pair
 
 log = logging.getLogger("suffice.export")
@@ -35,11 +35,14 @@ def export_bundle(
     overwrite: bool = False,
     registered_model: str | None = None,
     model_version: str | None = None,
+    probe_items: int = 32,
 ) -> Path:
     """Export a trained-model directory to a checked bundle at ``out_dir`` and return its path.
 
     ``validation_items``: Items, ``{question, passages, label}`` dicts or ``(question, passages)``
     tuples (labels enable the F1 check); None uses a few built-in probe pairs.
+    ``probe_items``: how many of the parity items (spread over them) go into the bundle's parity
+    probe with their fp32 scores, so serving can check every variant on its own CPU; 0 writes none.
 
     >>> export_bundle("runs/x/model", "/tmp/bundle", validation_items=[("Where is Paris?", ["Paris is in France."])])  # doctest: +SKIP
     PosixPath('/tmp/bundle')
@@ -73,7 +76,8 @@ def export_bundle(
         packed = [packer.pack(q, p) for q, p, _ in items]
         report, fp32_par = check_parity(merged, bundle, packed, packer.pad_id, [lab for _, _, lab in items], meta, pc,
                                         quantized=quantize, graph_optimization=opt_desc, quantization=quant_desc)
-        write_manifest(bundle, meta, report, quantized=quantize, registered_model=registered_model, model_version=model_version)
+        probe_file = write_probe(bundle, packed, fp32_par, meta, pc, packer.pad_id, probe_items) if probe_items else None
+        write_manifest(bundle, meta, report, quantized=quantize, probe_file=probe_file, registered_model=registered_model, model_version=model_version)
         check_roundtrip(bundle, packed, fp32_par, pc)
 
         if out_dir.exists():

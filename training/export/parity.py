@@ -88,7 +88,7 @@ def check_roundtrip(bundle: Path, packed: Sequence[Any], fp32_par: np.ndarray, p
     from suffice.serving.runtime import OnnxClassifier, RuntimeConfig
 
     n_par = min(pc.parity_items, len(packed))
-    served = OnnxClassifier(bundle, RuntimeConfig(precision="fp32"))
+    served = OnnxClassifier(bundle, RuntimeConfig(precision="fp32", backend="onnxruntime"))
     back = np.concatenate([served.predict_packed(packed[i : min(i + pc.batch_size, n_par)])[0] for i in range(0, n_par, pc.batch_size)])
     rt = float(np.abs(back - fp32_par).max())
     if rt > pc.atol:

@@ -1,4 +1,4 @@
-"""The export steps, one public function each: read_model -> merge -> to_onnx -> optimise -> quantise.
+"""The export steps, one public function each: read_model -> merge -> to_onnx -> optimise -> quantise -> write_probe.
 
 (:mod:`.parity` checks the result, :mod:`.manifest` describes it; :func:`.bundle.export_bundle` runs them in order.)
 """
@@ -10,10 +10,12 @@ import logging
 import os
 import shutil
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
+
+import numpy as np
 
 from suffice.serving.bundle import TOKENIZER
-from suffice.training.export.errors import ExportError
+from suffice.training.export.errors import ExportError, ParityConfig
 from suffice.training.fit.meta import ModelMeta, ModelMetaError
 
 log = logging.getLogger("suffice.export")
@@ -119,3 +121,20 @@ def quantise(src: Path, dst: Path, reduce_range: bool | None = None, weight_type
     rr = ", reduce_range (7-bit weights: no VNNI on the exporting CPU)" if reduce_range else ""
     w = "s8" if weight_type == "QInt8" else "u8"
     return f"dynamic-int8 per-channel {w} weights/u8 activations QOperator ({', '.join(op_types)}){rr}"
+
+
+def write_probe(bundle: Path, packed: Sequence[Any], fp32_logits: np.ndarray, meta: ModelMeta, pc: ParityConfig,
+                pad_id: int, n_items: int = 32) -> str:
+    """Store ``n_items`` packed inputs (spread over the parity items) with their fp32 calibrated positive scores
+    as the bundle's parity probe; returns its file name. Serving checks every variant against it at load."""
+    from suffice.serving.packing import pad_packed
+    from suffice.serving.probe import PROBE_FILE, ParityProbe
+    from suffice.serving.runtime import softmax
+
+    n = min(len(packed), len(fp32_logits))
+    rows = np.unique(np.linspace(0, n - 1, num=min(n_items, n)).round().astype(int))
+    scores = softmax(fp32_logits[rows], float(meta.calibration.get("temperature", 1.0)))[:, meta.positive_index]
+    probe = ParityProbe.from_rows(pad_packed([packed[i] for i in rows], pad_id), scores,
+                                  max_mean_score_shift=pc.max_mean_score_shift, confident_margin=pc.confident_margin)
+    probe.write(bundle / PROBE_FILE)
+    return PROBE_FILE
