@@ -23,6 +23,7 @@ import dataclasses
 import json
 import types
 import typing
+import warnings
 from pathlib import Path
 from typing import Any, Mapping, Sequence, TypeVar
 
@@ -222,13 +223,22 @@ def load_yaml(path: str | Path, example: str = "configs/sufficiency.yaml") -> di
     return data
 
 
-def build_config(cls: type[T], yaml_path: str | Path | None = None, overrides: Sequence[str] = (), section: str | None = None) -> T:
-    """Defaults <- YAML (optionally one top-level ``section`` of it) <- ``--key=value`` overrides."""
+def build_config(cls: type[T], yaml_path: str | Path | None = None, overrides: Sequence[str] = (), section: str | None = None,
+                 retired: Mapping[str, str] | None = None) -> T:
+    """Defaults <- YAML (optionally one top-level ``section`` of it) <- ``--key=value`` overrides.
+
+    ``retired``: top-level keys older versions wrote into saved YAML files (``key -> why it went``):
+    such a file still loads, the key is dropped, with a warning when its value was set (not
+    0/False/None). On the command line a retired key stays an unknown-key error.
+    """
     data: dict[str, Any] = {}
     if yaml_path is not None:
         data = load_yaml(yaml_path)
         if section is not None:
             data = data.get(section) or {}
+        for key, why in (retired or {}).items():
+            if key in data and data.pop(key) not in (None, 0, 0.0, False):
+                warnings.warn(f"{yaml_path}: {key} is ignored: {why}", stacklevel=2)
     data = deep_merge(data, parse_overrides(overrides))
     return _from_dict(cls, data)
 

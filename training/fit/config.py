@@ -15,12 +15,11 @@ point at canonical JSONL, or (task ``retrieval_gate``) the ``gate:`` section nam
 from __future__ import annotations
 
 import os
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
-from suffice.serving.config import ConfigError, build_config, config_from_dict, deep_merge, load_yaml, parse_overrides
+from suffice.serving.config import ConfigError, build_config, config_from_dict
 
 TASKS = ("sufficiency", "retrieval_gate")
 ID2LABEL = {
@@ -386,26 +385,14 @@ def normalise_argv(argv: Sequence[str]) -> list[str]:
     return [f"{a}=true" if a in ("--resume", "--export") else a for a in argv]
 
 
+# Keys older versions wrote into a model directory's train_config.yaml: such a file still loads.
+RETIRED_KEYS = {"answer_span_weight": "the answer-span head was removed (it lost 11-30 macro-F1 points in both measured runs)"}
+
+
 def build_train_config(yaml_path: str | os.PathLike | None, overrides: Sequence[str] = ()) -> TrainConfig:
     """Defaults <- YAML <- ``--key=value`` overrides, checked.
 
     >>> build_train_config(None, ["--finetune=full", "--learning_rate=3e-5", "--train_file=tests/fixtures/train20.jsonl"]).finetune
     'full'
     """
-    overrides = normalise_argv(overrides)
-    if yaml_path is None:
-        return build_config(TrainConfig, None, overrides)
-    data = load_yaml(yaml_path)
-    for key, why in RETIRED_KEYS.items():
-        if key in data:
-            value = data.pop(key)
-            if value not in (None, 0, 0.0, False):
-                warnings.warn(f"{yaml_path}: {key}={value!r} is ignored: {why}", stacklevel=2)
-    return config_from_dict(TrainConfig, deep_merge(data, parse_overrides(overrides)))
-
-
-# Keys that older versions wrote into train_config.yaml (a model directory's own config) and that
-# this version no longer has: a saved config that holds one still loads (evaluate, soup, resume).
-RETIRED_KEYS = {
-    "answer_span_weight": "the auxiliary answer-span head was removed (it lost 11-30 macro-F1 points in both measured runs)",
-}
+    return build_config(TrainConfig, yaml_path, normalise_argv(overrides), retired=RETIRED_KEYS)
