@@ -173,6 +173,34 @@ def _check_no_leak(rows: list[dict[str, Any]]) -> None:
                                   "split boundaries must never cut a group; fix the input splits", field="group")
 
 
+def synthetic_items(cfg: DataConfig, root: Path, items: list[Item], known_ids: set[str], dropped: Counter,
+                    record, loads: list[LoadReport], progress: bool) -> list[Item]:
+    """The teacher-written questions of ``cfg.synthetic_paths`` that may join ``items``: each keeps its
+    train/validation split, never a test one, never across the split of a real passage it reuses."""
+    out: list[Item] = []
+    group_split = {it.group: it.split for it in items}
+    paths = cfg.synthetic_paths or [cfg.synthetic_path or root / "synthetic" / "squad2-questions.jsonl"]
+    # a relative path that is not there from here is read from the shared data directory
+    for spath in (Path(p) if Path(p).is_absolute() or Path(p).exists() else root / p for p in paths):
+        record(spath, "synthetic")
+        synth = load_items(spath, "canonical", progress=progress)
+        loads.append(synth.report)
+        for it in synth:
+            if it.split not in ("train", "validation") or group_split.get(it.group, it.split) != it.split:
+                dropped["synthetic outside train/validation or across a split"] += 1
+                continue
+            # "squad2-synthetic" questions are written over squad2 passages: sources=[qed] leaves them out
+            if cfg.sources and it.source not in cfg.sources and it.source.removesuffix("-synthetic") not in cfg.sources:
+                dropped["synthetic filtered out by sources"] += 1
+                continue
+            if it.id in known_ids:
+                raise DataFormatError(f"synthetic id {it.id!r} collides with another input", path=str(spath), field="id")
+            known_ids.add(it.id)
+            it.label_source = "synthetic"
+            out.append(it)
+    return out
+
+
 def build(cfg: DataConfig, progress: bool = True) -> tuple[Any, dict[str, Any]]:
     """The DatasetDict and manifest for ``cfg``, in memory (nothing written). See :func:`prepare`.
 
@@ -232,27 +260,7 @@ def build(cfg: DataConfig, progress: bool = True) -> tuple[Any, dict[str, Any]]:
                                parent_fraction=cfg.variant_parent_fraction, splits=cfg.variant_splits, progress=progress)
 
     if cfg.include_synthetic:
-        group_split = {it.group: it.split for it in items}
-        paths = cfg.synthetic_paths or [cfg.synthetic_path or root / "synthetic" / "squad2-questions.jsonl"]
-        # a relative path that is not there from here is read from the shared data directory
-        for spath in (Path(p) if Path(p).is_absolute() or Path(p).exists() else root / p for p in paths):
-            record(spath, "synthetic")
-            synth = load_items(spath, "canonical", progress=progress)
-            loads.append(synth.report)
-            for it in synth:
-                # synthetic questions may reuse real passages: never across a split, never as test items
-                if it.split not in ("train", "validation") or group_split.get(it.group, it.split) != it.split:
-                    dropped["synthetic outside train/validation or across a split"] += 1
-                    continue
-                # "squad2-synthetic" questions are written over squad2 passages: sources=[qed] leaves them out
-                if cfg.sources and it.source not in cfg.sources and it.source.removesuffix("-synthetic") not in cfg.sources:
-                    dropped["synthetic filtered out by sources"] += 1
-                    continue
-                if it.id in known_ids:
-                    raise DataFormatError(f"synthetic id {it.id!r} collides with another input", path=str(spath), field="id")
-                known_ids.add(it.id)
-                it.label_source = "synthetic"
-                items.append(it)
+        items += synthetic_items(cfg, root, items, known_ids, dropped, record, loads, progress)
 
     if cfg.retrieval_like_fraction:
         items += retrieval_like_variants(items, fraction=cfg.retrieval_like_fraction, seed=cfg.seed)
