@@ -52,7 +52,9 @@ def tokenize_words(text: str) -> list[str]:
     return [w.strip(".'-") for w in _WORD.findall(text)]
 
 
-# irregular forms -> their base word, so 'left' meets 'leave' and 'won' meets 'win' (the suffix rules cannot)
+# irregular forms -> their base word, so 'left' meets 'leave' and 'won' meets 'win' (the suffix rules
+# cannot). Only the words shown to users go through it (base_form): stem() feeds packing and the
+# scores, whose behaviour a trained model depends on, so it stays as models were trained with it.
 _IRREGULAR = {form: base for base, forms in {
     "be": "was were been is are am", "become": "became", "begin": "began begun", "break": "broke broken",
     "bring": "brought", "build": "built", "buy": "bought", "catch": "caught", "choose": "chose chosen",
@@ -71,16 +73,25 @@ _IRREGULAR = {form: base for base, forms in {
 }.items() for form in forms.split()}
 
 
-def stem(word: str) -> str:
-    """A tiny suffix stripper with common irregular forms: 'moved'/'move', 'cities'/'city' and 'left'/'leave' meet.
+def base_form(word: str) -> str:
+    """:func:`stem` after mapping common irregular forms to their base word, for what users read.
 
-    >>> stem("left") == stem("leave"), stem("cities"), stem("moved") == stem("move")
-    (True, 'city', True)
+    >>> base_form("left") == base_form("leave"), base_form("won") == stem("wins")
+    (True, True)
+    """
+    w = word.lower()
+    return stem(_IRREGULAR.get(w, w))
+
+
+def stem(word: str) -> str:
+    """A tiny suffix stripper: enough to match 'moved'/'move', 'cities'/'city' without NLTK.
+
+    >>> stem("cities"), stem("moved") == stem("move")
+    ('city', True)
     """
     w = word.lower()
     if _NUMBER.match(w):
         return w.replace(",", "")
-    w = _IRREGULAR.get(w, w)
     for suf, rep in (("ies", "y"), ("ing", ""), ("ed", ""), ("es", ""), ("s", "")):
         if len(w) > len(suf) + 2 and w.endswith(suf):
             w = w[: -len(suf)] + rep
@@ -137,7 +148,9 @@ class Coverage:
     """How much of a question the context covers, lexically.
 
     score: weighted share of question content terms found in the context (names and numbers
-    weigh double: a missing entity matters more than a missing verb).
+    weigh double: a missing entity matters more than a missing verb). ``missing_words``: the
+    missing terms whose base form (irregular verbs and plurals included) no passage holds either:
+    what users are told is missing.
     """
 
     score: float
@@ -145,6 +158,7 @@ class Coverage:
     missing: list[str] = field(default_factory=list)
     missing_entities: list[str] = field(default_factory=list)
     n_terms: int = 0
+    missing_words: list[str] = field(default_factory=list)
 
 
 def _context_stems(passages: Iterable[Any]) -> set[str]:
@@ -174,7 +188,13 @@ def keyword_coverage(question: str, passages: Sequence[Any]) -> Coverage:
         else:
             missing.append(t)
     missing_entities = [e for e in ents if not all(stem(t) in ctx for t in tokenize_words(e))]
-    return Coverage(score=got / total, covered=covered, missing=missing, missing_entities=missing_entities, n_terms=len(terms))
+    # what users are told is missing: a term whose base form the passages hold ('leave' / 'left') is not
+    missing_words = missing
+    if missing:
+        ctx_base = {base_form(w) for p in passages for w in tokenize_words(passage_text(p))}
+        missing_words = [t for t in missing if base_form(t) not in ctx_base]
+    return Coverage(score=got / total, covered=covered, missing=missing, missing_entities=missing_entities, n_terms=len(terms),
+                    missing_words=missing_words)
 
 
 def sentence_relevance(question_terms: set[str], sentence: str, idf: Mapping[str, float] | None = None) -> float:

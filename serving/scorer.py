@@ -281,7 +281,7 @@ def _missing_aspects(question: str, cov: Coverage) -> list[str]:
     surface: dict[str, str] = {}
     for w in tokenize_words(question):
         surface.setdefault(stem(w.lower()), w)
-    terms = [surface.get(t, t) for t in cov.missing if t not in in_entities]
+    terms = [surface.get(t, t) for t in cov.missing_words if t not in in_entities]
     if terms:
         out.append("nothing about " + ", ".join(f"'{t}'" for t in terms))
     if not out:
