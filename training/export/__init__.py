@@ -18,10 +18,10 @@ PosixPath('bundles/demo')
 from suffice.training.export.bundle import export_bundle
 from suffice.training.export.cli import build_parser, main
 from suffice.training.export.errors import ExportError, ParityConfig, ParityError
-from suffice.training.export.steps import cpu_has_vnni, merge, optimise, quantise, read_model, to_onnx
+from suffice.training.export.steps import merge, optimise, quantise, read_model, to_onnx
 from suffice.training.export.validation import PROBE_ITEMS, load_validation_jsonl
 
 __all__ = [
-    "PROBE_ITEMS", "ExportError", "ParityConfig", "ParityError", "build_parser", "cpu_has_vnni", "export_bundle",
+    "PROBE_ITEMS", "ExportError", "ParityConfig", "ParityError", "build_parser", "export_bundle",
     "load_validation_jsonl", "main", "merge", "optimise", "quantise", "read_model", "to_onnx",
 ]

@@ -88,15 +88,6 @@ def optimise(onnx_dir: Path, work: Path) -> tuple[Path, str]:
     return work / "opt" / "model_optimized.onnx", "ort-transformers-level2"
 
 
-def cpu_has_vnni() -> bool:
-    """True when this x86 CPU has VNNI (AVX-512 VNNI or AVX-VNNI); False when unknown."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text().split()
-    except OSError:
-        return False
-    return "avx512_vnni" in flags or "avx_vnni" in flags
-
-
 def quantise(src: Path, dst: Path, reduce_range: bool | None = None, weight_type: str = "QInt8",
                   op_types: Sequence[str] = ("MatMul", "Attention", "Gather")) -> str:
     """Dynamic int8: per-channel s8 weights / u8 activations (the VNNI fast path).
@@ -114,7 +105,9 @@ def quantise(src: Path, dst: Path, reduce_range: bool | None = None, weight_type
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     if reduce_range is None:
-        reduce_range = not cpu_has_vnni()
+        from suffice.serving.cpu import detect
+
+        reduce_range = not detect().vnni
     quantize_dynamic(str(src), str(dst), op_types_to_quantize=list(op_types), per_channel=True,
                      reduce_range=reduce_range, weight_type=getattr(QuantType, weight_type),
                      extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
