@@ -30,8 +30,12 @@ def _batches(train_ds, pad_id: int, batch_size: int, n_batches: int, seed: int, 
     return [b for b in out if len(b["labels"]) == batch_size][:n_batches] or out[:n_batches]
 
 
-def training_cost(cfg, base_dir, train_ds, pad_id: int, steps: int = 12, rounds: int = 2, warmup: int = 2, threads: int = 2) -> dict[str, Any]:
-    """Time ``rounds`` x ``steps`` optimiser steps for LoRA and full fine-tuning, interleaved."""
+def training_cost(cfg, base_dir, train_ds, pad_id: int, steps: int = 12, rounds: int = 2, warmup: int = 2, threads: int = 2,
+                  precisions: tuple[str, ...] = ("fp32",)) -> dict[str, Any]:
+    """Time ``rounds`` x ``steps`` optimiser steps for LoRA and full fine-tuning, interleaved.
+
+    ``precisions``: ``fp32`` and/or ``bf16`` (CPU autocast, what ``mixed_precision: bf16`` runs);
+    results are keyed ``lora`` / ``full`` for fp32 and ``lora-bf16`` / ``full-bf16`` for bf16."""
     import torch
     import torch.nn.functional as F
 
@@ -44,16 +48,20 @@ def training_cost(cfg, base_dir, train_ds, pad_id: int, steps: int = 12, rounds:
     batches = _batches(train_ds, pad_id, bs, warmup + steps * rounds, cfg.seed, cfg.length_grouping)
     weights = torch.tensor(class_weights(train_ds["labels"], cfg.num_labels, cfg.class_weighting), dtype=torch.float32)
     setups: dict[str, dict[str, Any]] = {}
-    for mode in ("lora", "full"):
+    for mode, prec in ((m, p) for m in ("lora", "full") for p in precisions):
+        torch.manual_seed(cfg.seed)
         model = build_model(base_dir, num_labels=cfg.num_labels, id2label=cfg.id2label, finetune=mode, lora_r=cfg.lora.r,
                             lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout, target_modules=cfg.lora.target_modules,
                             modules_to_save=cfg.lora.modules_to_save, freeze_layers=cfg.freeze_layers if mode == "full" else 0)
         model.train()
         opt = torch.optim.AdamW(optimizer_groups(model, cfg.learning_rate, cfg.resolved_head_learning_rate(), cfg.weight_decay))
-        setups[mode] = {"model": model, "opt": opt, "params": trainable_parameters(model), "seconds": 0.0, "examples": 0, "tokens": 0}
+        key = mode if prec == "fp32" else f"{mode}-{prec}"
+        setups[key] = {"model": model, "opt": opt, "params": trainable_parameters(model), "seconds": 0.0, "examples": 0, "tokens": 0,
+                       "bf16": prec == "bf16"}
 
     def step(s: dict[str, Any], batch: dict[str, Any]) -> None:
-        out = s["model"](input_ids=batch["input_ids"], token_type_ids=batch["token_type_ids"], attention_mask=batch["attention_mask"])
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=s["bf16"]):
+            out = s["model"](input_ids=batch["input_ids"], token_type_ids=batch["token_type_ids"], attention_mask=batch["attention_mask"])
         loss = F.cross_entropy(out.logits.float(), batch["labels"], weight=weights)
         loss.backward()
         if cfg.max_grad_norm > 0:
@@ -82,5 +90,9 @@ def training_cost(cfg, base_dir, train_ds, pad_id: int, steps: int = 12, rounds:
                         "seconds_per_1k_examples": 1000.0 / eps if eps else float("nan"),
                         "mean_tokens_per_example": s["tokens"] / max(s["examples"], 1),
                         "trainable_params": s["params"][0], "total_params": s["params"][1]}
-    result["ratio_full_over_lora_s_per_1k"] = result["full"]["seconds_per_1k_examples"] / result["lora"]["seconds_per_1k_examples"]
+    if "lora" in result and "full" in result:
+        result["ratio_full_over_lora_s_per_1k"] = result["full"]["seconds_per_1k_examples"] / result["lora"]["seconds_per_1k_examples"]
+    for mode in ("lora", "full"):
+        if mode in result and f"{mode}-bf16" in result:
+            result[f"speedup_bf16_{mode}"] = result[f"{mode}-bf16"]["examples_per_s"] / result[mode]["examples_per_s"]
     return result
