@@ -54,14 +54,19 @@ def openvino_available() -> bool:
 def _speed_order(cpu: CpuInfo) -> list[tuple[str, str]]:
     """(backend, precision) fastest first for a CPU.
 
-    With bf16 units (AMX, or AVX-512 BF16 as on Zen 4) OpenVINO bf16 comes first: on a Sapphire Rapids
-    Xeon (the issue's table) 9.4 ms vs 13.7 for ONNX Runtime int8 at 256 tokens; on this project's AMD
-    EPYC (AVX-512 VNNI + BF16, no AMX; busy; benchmarks/results/2026-11-28) 145 vs 211 ms at 256 tokens,
-    and ahead at 128 and 512 too. Otherwise ONNX Runtime int8 (VNNI, or reduce_range weights on AVX2),
-    then OpenVINO fp32, which beat ONNX Runtime fp32 by 1.2-1.5x on the EPYC.
+    With AMX, OpenVINO bf16 comes first: on a Sapphire Rapids Xeon (the issue's table) 9.4 ms vs 13.7
+    for ONNX Runtime int8 at 256 tokens. With AVX-512 BF16 but no AMX (Zen 4, this project's AMD EPYC)
+    ONNX Runtime int8 stays first and OpenVINO bf16 is next, ahead of both fp32 engines: measured on
+    the idle EPYC (2 threads, batch 1, p50; benchmarks/results/2026-11-28/bench_scorer_idle.json)
+    int8 8.4 / 18.7 / 43.5 ms vs bf16 10.4 / 20.0 / 44.0 ms at 128 / 256 / 512 tokens, fp32 ORT
+    18.8 / 38.8 / 79.0 (a bundle whose int8 was refused at export runs bf16 there). Otherwise ONNX
+    Runtime int8 (VNNI, or reduce_range weights on AVX2), then OpenVINO fp32, which beat ONNX Runtime
+    fp32 by 1.06-1.12x on the idle EPYC.
     """
-    if cpu.bf16:
+    if cpu.isa_class == AMX and cpu.bf16:
         return [(OPENVINO, "bf16"), (ONNXRUNTIME, "int8"), (OPENVINO, "fp32"), (ONNXRUNTIME, "fp32")]
+    if cpu.bf16:
+        return [(ONNXRUNTIME, "int8"), (OPENVINO, "bf16"), (OPENVINO, "fp32"), (ONNXRUNTIME, "fp32")]
     if cpu.isa_class in (AMX, AVX512_VNNI, AVX2):
         return [(ONNXRUNTIME, "int8"), (OPENVINO, "fp32"), (ONNXRUNTIME, "fp32")]
     return [(ONNXRUNTIME, "int8"), (ONNXRUNTIME, "fp32"), (OPENVINO, "fp32")]

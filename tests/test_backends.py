@@ -24,7 +24,7 @@ def cpu(flags):
 @pytest.mark.parametrize("flags, openvino, want", [
     (AMX, True, ["openvino-bf16", "onnxruntime-int8", "openvino-fp32", "onnxruntime-fp32"]),
     (AMX, False, ["onnxruntime-int8", "onnxruntime-fp32"]),
-    (VNNI_BF16, True, ["openvino-bf16", "onnxruntime-int8", "openvino-fp32", "onnxruntime-fp32"]),
+    (VNNI_BF16, True, ["onnxruntime-int8", "openvino-bf16", "openvino-fp32", "onnxruntime-fp32"]),
     (VNNI_BF16, False, ["onnxruntime-int8", "onnxruntime-fp32"]),
     (VNNI, True, ["onnxruntime-int8", "openvino-fp32", "onnxruntime-fp32"]),
     (AVX2, True, ["onnxruntime-int8", "openvino-fp32", "onnxruntime-fp32"]),
