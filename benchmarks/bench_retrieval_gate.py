@@ -120,19 +120,11 @@ def split_threads(cfg, split: str, pairs: str | Path | None = None) -> dict[str,
     ``domain``/``pair`` columns, whole domains held out by :func:`split_by_domain` (same seed and
     fractions); threads without a domain (the gate file's) all train, so the test threads come from
     domains no training thread came from."""
-    from suffice.training.data.threads import gate_domain_rows, gate_training_rows, split_by_domain, split_gate_rows
+    from suffice.training.data.threads import gate_splits
     from suffice.training.paths import data_dir
 
     path = Path(cfg.gate.path) if cfg.gate.path else data_dir() / "retrieval-gate" / "train.jsonl"
-    if split == "opening_message":
-        return split_gate_rows(gate_training_rows(path), cfg.seed, cfg.gate.test_fraction, cfg.gate.validation_fraction)
-    if split == "domains":
-        pairs = Path(pairs) if pairs else data_dir() / "retrieval-gate" / "pairs.jsonl"
-        if not pairs.is_file():
-            raise FileNotFoundError(f"the domain-labelled threads {pairs} do not exist: pass --pairs PATH (retrieval-gate/pairs.jsonl) "
-                                    "or --split opening_message")
-        return split_by_domain(gate_domain_rows(path, pairs), cfg.seed, cfg.gate.test_fraction, cfg.gate.validation_fraction)
-    raise ValueError(f"unknown split {split!r}: choose one of {list(SPLITS)}")
+    return gate_splits(path, split, cfg.seed, cfg.gate.test_fraction, cfg.gate.validation_fraction, pairs or cfg.gate.pairs_path)
 
 
 def category_table(rows: list[dict], y: np.ndarray, predictions: dict[str, np.ndarray]) -> dict[str, dict]:

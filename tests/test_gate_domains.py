@@ -176,3 +176,19 @@ def test_evaluate_split_with_a_stub_gate(bench, tmp_path):
                                 "latency_128": {"mean_tokens": 1, "p50_ms": 1, "p95_ms": 1, "p99_ms": 1, "full_window_p50_ms": 1,
                                                 "full_window_n": 1}, "acceptance": []})
     assert "== split domains" in text and "sort_filter_existing" in text and "goals (issue 21)" in text
+
+
+def test_training_reads_the_domains_split_the_benchmark_measures(shared_data_dir):
+    """gate.split=domains: training's splits are the benchmark's (same rows, same held-out domains)."""
+    from suffice.training.data.threads import gate_splits
+    from suffice.training.fit.config import build_train_config
+    from suffice.training.fit.splits import load_splits
+
+    cfg = build_train_config(REPO / "configs" / "retrieval-gate.yaml", ["--gate.split=domains"])
+    splits = load_splits(cfg)
+    ours = gate_splits(shared_data_dir / "retrieval-gate" / "train.jsonl", "domains", cfg.seed, cfg.gate.test_fraction,
+                       cfg.gate.validation_fraction)
+    assert [r["id"] for r in splits.test.to_list()] == [r["id"] for r in ours["test"]]
+    test_domains = {r["domain"] for r in ours["test"]}
+    assert test_domains and not test_domains & {r["domain"] for r in ours["train"]}
+    assert splits.manifest["split"] == "domains" and len(splits.manifest["files"]) == 2

@@ -281,3 +281,26 @@ def split_by_domain(rows: Sequence[dict[str, Any]], seed: int, test_fraction: fl
     for r in rows:
         out[assign[r["domain"]] if r.get("domain") else "train"].append(r)
     return out
+
+
+GATE_SPLITS = ("opening_message", "domains")
+
+
+def gate_splits(path: str | Path, split: str, seed: int, test_fraction: float, validation_fraction: float,
+                pairs: str | Path | None = None) -> dict[str, list[dict[str, Any]]]:
+    """``{"train", "validation", "test"}`` rows of the retrieval-gate data, as training and the benchmark split it.
+
+    ``opening_message``: the threads of ``path`` by a seeded hash of their opening message
+    (:func:`split_gate_rows`). ``domains``: ``path`` plus ``pairs`` (default: ``pairs.jsonl`` beside
+    ``path``) with ``domain``/``pair`` columns, whole domains held out (:func:`split_by_domain`);
+    ``path``'s threads have no domain and all train.
+    """
+    if split == "opening_message":
+        return split_gate_rows(gate_training_rows(path), seed, test_fraction, validation_fraction)
+    if split == "domains":
+        pairs = Path(pairs) if pairs else Path(path).parent / "pairs.jsonl"
+        if not pairs.is_file():
+            raise FileNotFoundError(f"the domain-labelled threads {pairs} do not exist: give the pairs file "
+                                    "(retrieval-gate/pairs.jsonl) or use the opening_message split")
+        return split_by_domain(gate_domain_rows(path, pairs), seed, test_fraction, validation_fraction)
+    raise ValueError(f"unknown gate split {split!r}: choose one of {list(GATE_SPLITS)}")

@@ -1,11 +1,10 @@
 """The training configuration: one documented dataclass per concern, one YAML drives a run.
 
 ``TrainConfig`` holds the model (base encoder, LoRA or full fine-tuning, window and long-context
-strategy), the optimisation (batch, learning rates, warm-up, epochs, class weights, early
-stopping), calibration (temperature scaling, thresholds), tracking (MLflow) and where the data
-comes from: the ``data:`` section is a :class:`suffice.training.data.builder.DataConfig`
-(checked when the config is built), or ``train_file`` / ``validation_file`` / ``test_file``
-point at canonical JSONL, or (task ``retrieval_gate``) the ``gate:`` section names the chat file.
+strategy), the optimisation (batch, learning rates, warm-up, epochs, class weights, early stopping),
+calibration, tracking (MLflow) and where the data comes from: the ``data:`` section (a
+:class:`suffice.training.data.builder.DataConfig`), ``train_file`` / ``validation_file`` /
+``test_file`` (canonical JSONL), or (task ``retrieval_gate``) the ``gate:`` section.
 
 >>> cfg = build_train_config(None, ["--train_file=tests/fixtures/train20.jsonl", "--lora.r=8"])
 >>> cfg.lora.r, cfg.effective_batch_size(num_processes=2)
@@ -125,15 +124,17 @@ class TrackingSettings:
 
 @dataclass
 class RetrievalGateData:
-    """Where the retrieval-gate threads come from and how they are split.
+    """Where the retrieval-gate threads come from and how they are split (``suffice.training.data.threads``).
 
-    path: JSONL of chat threads ({id, messages, label RETRIEVE|SKIP, category}); default
-        ``<shared data>/retrieval-gate/train.jsonl``.
-    validation_fraction / test_fraction: held-out shares. Threads that share their opening user
-        message are one group and never straddle splits (they share the earlier turns).
+    path: JSONL of chat threads ({id, messages, label RETRIEVE|SKIP, category}); default ``<data>/retrieval-gate/train.jsonl``.
+    split: ``opening_message`` (threads sharing their opening message are one group) or ``domains``
+        (``path`` + ``pairs_path``, default ``<data>/retrieval-gate/pairs.jsonl``: whole domains held out,
+        ``path``'s threads all train). validation_fraction / test_fraction: the held-out shares.
     """
 
     path: str | None = None
+    split: Literal["opening_message", "domains"] = "opening_message"
+    pairs_path: str | None = None
     validation_fraction: float = 0.15
     test_fraction: float = 0.15
 

@@ -105,16 +105,17 @@ def load_gate_splits(cfg: TrainConfig) -> Splits:
     if not path.is_file():
         raise ConfigError(f"retrieval-gate data {path} does not exist: set gate.path to the threads JSONL")
     from suffice.training.data.schema import DataFormatError
-    from suffice.training.data.threads import gate_training_rows, split_gate_rows
+    from suffice.training.data.threads import gate_splits
 
     try:
-        rows = gate_training_rows(path)
-    except DataFormatError as e:
-        raise ConfigError(f"{e}; fix the thread or set gate.path to another threads JSONL") from e
-    out = split_gate_rows(rows, cfg.seed, cfg.gate.test_fraction, cfg.gate.validation_fraction)
+        out = gate_splits(path, cfg.gate.split, cfg.seed, cfg.gate.test_fraction, cfg.gate.validation_fraction, cfg.gate.pairs_path)
+    except (DataFormatError, FileNotFoundError) as e:
+        raise ConfigError(f"{e}; fix the thread, or set gate.path / gate.pairs_path / gate.split") from e
+    files = [path] + ([Path(cfg.gate.pairs_path) if cfg.gate.pairs_path else path.parent / "pairs.jsonl"] if cfg.gate.split == "domains" else [])
     return Splits(
         train=Dataset.from_list(out["train"]), validation=Dataset.from_list(out["validation"]), test=Dataset.from_list(out["test"]),
-        data_hash=file_hash([path]) + f"-s{cfg.seed}", label_source="gate-dataset", manifest={"files": [str(path)]},
+        data_hash=file_hash(files) + f"-s{cfg.seed}" + ("-domains" if cfg.gate.split == "domains" else ""),
+        label_source="gate-dataset", manifest={"files": [str(f) for f in files], "split": cfg.gate.split},
     )
 
 
