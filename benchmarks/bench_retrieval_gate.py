@@ -329,7 +329,7 @@ def format_split(name: str, r: dict) -> list[str]:
 def format_report(r: dict) -> str:
     hw = r["hardware"]
     lines = [f"bundle {r['bundle']} ({r['headline_precision']} headline), CPU {hw.get('cpu_model') or hw['cpu']} "
-             f"[{', '.join(hw.get('isa', [])) or 'ISA flags unknown'}], {hw['threads']} threads"]
+             f"({hw.get('isa') or 'ISA class unknown'}{', bf16' if hw.get('bf16') else ''}), {hw['threads']} threads"]
     for name, s in r.get("splits", {r.get("split", "opening_message"): r}).items():
         lines += format_split(name, s)
     lat = r["latency_128"]
