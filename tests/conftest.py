@@ -91,3 +91,11 @@ def tiny_bert(tiny_bert_dir, tmp_path) -> Path:
     dst = tmp_path / "tiny-bert"
     shutil.copytree(tiny_bert_dir, dst)
     return dst
+
+
+@pytest.fixture(scope="module")
+def bundles(tmp_path_factory, tiny_bert_dir):
+    """Exported sufficiency and retrieval-gate bundles of the tiny model, once per service test module."""
+    from test_service_support import service_bundles
+
+    return service_bundles(tmp_path_factory, tiny_bert_dir)

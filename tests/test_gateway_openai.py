@@ -18,7 +18,7 @@ openai = pytest.importorskip("openai")
 from pydantic import BaseModel
 
 from llm_server import FakeLLMServer, Reply
-from test_service_support import LONG_PASSAGE, ServiceServer, load_scorer, metric_value, service_bundles
+from test_service_support import LONG_PASSAGE, ServiceServer, load_scorer, metric_value
 
 from suffice.serving.service import create_app, load_service_config
 
@@ -33,11 +33,6 @@ QUESTION = "Where is the Eiffel Tower?"
 
 class Answer(BaseModel):
     answer: str
-
-
-@pytest.fixture(scope="module")
-def bundles(tmp_path_factory, tiny_bert_dir):
-    return service_bundles(tmp_path_factory, tiny_bert_dir)
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ import pytest
 pytest.importorskip("fastapi")
 
 from llm_server import FakeLLMServer, Reply
-from test_service_support import LONG_PASSAGE, ServiceServer, free_port, load_scorer, metric_value, service_bundles
+from test_service_support import LONG_PASSAGE, ServiceServer, free_port, load_scorer, metric_value
 
 from suffice.serving.service import create_app, load_service_config
 
@@ -35,11 +35,6 @@ def chat_body(**extra):
             "temperature": 0.1}
     body.update(extra)
     return body
-
-
-@pytest.fixture(scope="module")
-def bundles(tmp_path_factory, tiny_bert_dir):
-    return service_bundles(tmp_path_factory, tiny_bert_dir)
 
 
 @pytest.fixture(scope="module")

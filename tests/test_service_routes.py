@@ -10,17 +10,12 @@ import pytest
 
 pytest.importorskip("fastapi")
 
-from test_service_support import LONG_PASSAGE, ServiceServer, load_scorer, metric_value, service_bundles
+from test_service_support import LONG_PASSAGE, ServiceServer, load_scorer, metric_value
 
 from suffice.serving.service import create_app, load_service_config
 
 Q = "Where is the Eiffel Tower?"
 PASSAGES = [{"title": "Eiffel Tower", "text": LONG_PASSAGE}, "Paris is the capital of France."]
-
-
-@pytest.fixture(scope="module")
-def bundles(tmp_path_factory, tiny_bert_dir):
-    return service_bundles(tmp_path_factory, tiny_bert_dir)
 
 
 @pytest.fixture(scope="module")

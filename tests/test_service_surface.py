@@ -14,18 +14,13 @@ import pytest
 
 pytest.importorskip("fastapi")
 
-from test_service_support import ServiceServer, load_scorer, service_bundles
+from test_service_support import ServiceServer, load_scorer
 
 from suffice.serving.service import create_app, load_service_config
 from suffice.serving.service.app import coverage_warning
 from suffice.serving.service.verdicts import VerdictCache, fit_question
 
 Q = "Where is the Eiffel Tower?"
-
-
-@pytest.fixture(scope="module")
-def bundles(tmp_path_factory, tiny_bert_dir):
-    return service_bundles(tmp_path_factory, tiny_bert_dir)
 
 
 @pytest.fixture(scope="module")
