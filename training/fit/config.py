@@ -130,6 +130,11 @@ class RetrievalGateData:
     split: ``opening_message`` (threads sharing their opening message are one group) or ``domains``
         (``path`` + ``pairs_path``, default ``<data>/retrieval-gate/pairs.jsonl``: whole domains held out,
         ``path``'s threads all train). validation_fraction / test_fraction: the held-out shares.
+    pair_batches: keep both threads of a contrastive pair (rows sharing ``pair``) in one training
+        batch, side by side (no effect on threads without a ``pair``).
+    pair_loss_weight: weight of the pair ranking loss (:mod:`suffice.training.fit.pairs`): within a
+        batch, the SKIP thread of a pair must score P(SKIP) above its RETRIEVE partner; 0 = off.
+        Needs ``pair_batches``.
     """
 
     path: str | None = None
@@ -137,6 +142,8 @@ class RetrievalGateData:
     pairs_path: str | None = None
     validation_fraction: float = 0.15
     test_fraction: float = 0.15
+    pair_batches: bool = True
+    pair_loss_weight: float = 0.0
 
     def __post_init__(self) -> None:
         if not (0 < self.validation_fraction < 0.5 and 0 < self.test_fraction < 0.5):
@@ -144,6 +151,11 @@ class RetrievalGateData:
                 f"gate.validation_fraction={self.validation_fraction} and gate.test_fraction={self.test_fraction} "
                 "must each be in (0, 0.5)"
             )
+        if self.pair_loss_weight < 0:
+            raise ConfigError(f"gate.pair_loss_weight={self.pair_loss_weight} must be >= 0 (0 = off)")
+        if self.pair_loss_weight > 0 and not self.pair_batches:
+            raise ConfigError(f"gate.pair_loss_weight={self.pair_loss_weight} needs gate.pair_batches=true: the loss "
+                              "compares the two threads of a pair inside one batch")
 
 
 @dataclass

@@ -70,7 +70,27 @@ def encode_split(ds, packer, cfg: TrainConfig, tokenizer_hash: str):
     # unlabelled rows (no level for three_level, say) stay out of the loss and the metrics
     ds = ds.filter(lambda lab: lab >= 0, input_columns="labels", new_fingerprint=f"{fp}-labelled", desc="labelled only")
     # "row" lets gathered evaluation outputs be put back in dataset order
-    return ds.add_column("row", list(range(len(ds))), new_fingerprint=f"{fp}-rows")
+    ds = ds.add_column("row", list(range(len(ds))), new_fingerprint=f"{fp}-rows")
+    if "pair" in ds.column_names:  # contrastive pairs: each row's partner row (-1 = none)
+        ds = ds.add_column("partner", partner_rows(ds["pair"]), new_fingerprint=f"{fp}-partners")
+    return ds
+
+
+def partner_rows(pairs: Sequence[str | None]) -> list[int]:
+    """For each row, the row of the other member of its pair (``-1`` when it has none).
+
+    >>> partner_rows(["a", "", "a", "b"])
+    [2, -1, 0, -1]
+    """
+    members: dict[str, list[int]] = {}
+    for i, key in enumerate(pairs):
+        if key:
+            members.setdefault(key, []).append(i)
+    out = [-1] * len(pairs)
+    for rows in members.values():
+        if len(rows) == 2:
+            out[rows[0]], out[rows[1]] = rows[1], rows[0]
+    return out
 
 
 def packing_stats(ds) -> dict[str, float]:
@@ -89,16 +109,30 @@ class LengthGroupedSampler:
     Batches then hold examples of similar length, so per-batch padding wastes little, while the
     order stays random across mega-batches. Deterministic for a (seed, epoch): resume-safe.
 
+    ``together``: an optional key per row (``""`` = none); rows sharing a key (the two threads of a
+    contrastive pair) are placed next to each other inside one batch, so the model sees both sides
+    of the contrast in the same optimiser step. Every batch but the last still holds exactly
+    ``batch_size`` rows (the loader cuts the order into fixed-size batches); with an even batch
+    size, pairs are never split (single rows are packed two by two); with an odd one, a group is
+    split only when no smaller group is left to fill a batch's last slots.
+
     >>> s = LengthGroupedSampler([5, 1, 9, 3], batch_size=2, seed=0)
     >>> sorted(s) == [0, 1, 2, 3]
     True
+    >>> order = list(LengthGroupedSampler([5, 1, 9, 3, 4, 2], batch_size=2, seed=0, together=["a", "", "b", "a", "", "b"]))
+    >>> any(set(order[k:k + 2]) == {0, 3} for k in (0, 2, 4)), sorted(order) == list(range(6))
+    (True, True)
     """
 
-    def __init__(self, lengths: Sequence[int], batch_size: int, seed: int = 0, group: bool = True):
+    def __init__(self, lengths: Sequence[int], batch_size: int, seed: int = 0, group: bool = True,
+                 together: Sequence[str] | None = None):
         self.lengths = list(lengths)
         self.batch_size = batch_size
         self.seed = seed
         self.group = group
+        self.together = list(together) if together is not None else None
+        if self.together is not None and len(self.together) != len(self.lengths):
+            raise ValueError(f"together has {len(self.together)} keys for {len(self.lengths)} rows")
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
@@ -109,6 +143,8 @@ class LengthGroupedSampler:
 
     def __iter__(self) -> Iterator[int]:
         rng = random.Random(self.seed * 1_000_003 + self.epoch)
+        if self.together is not None:
+            return iter(self._grouped_order(rng))
         order = list(range(len(self.lengths)))
         rng.shuffle(order)
         if not self.group:
@@ -121,6 +157,61 @@ class LengthGroupedSampler:
             rng.shuffle(batches)  # keep the longest batch from always coming first
             out += [j for b in batches for j in b]
         return iter(out)
+
+    def _grouped_order(self, rng: random.Random) -> list[int]:
+        """Rows of one key as one unit: units shuffled, sorted by length within mega-batches, packed
+        whole into fixed-size batches; full batches shuffled, a short last batch kept last."""
+        keyed: dict[str, list[int]] = {}
+        units: list[list[int]] = []
+        for i, key in enumerate(self.together or []):
+            if key:
+                if key not in keyed:
+                    keyed[key] = []
+                    units.append(keyed[key])
+                keyed[key].append(i)
+            else:
+                units.append([i])
+        rng.shuffle(units)
+        mega, bs = self.batch_size * 50, self.batch_size
+        lone: list[list[int]] = []
+        if bs % 2 == 0:  # even batches: single rows travel two by two, so pairs never have to be split
+            singles = [u for u in units if len(u) == 1]
+            units = [u for u in units if len(u) != 1] + [singles[k] + singles[k + 1] for k in range(0, len(singles) - 1, 2)]
+            rng.shuffle(units)
+            lone = singles[len(singles) - len(singles) % 2:]
+        batches: list[list[int]] = []
+        current: list[int] = []
+        start = 0
+        while start < len(units):
+            end, rows = start, 0
+            while end < len(units) and rows < mega:
+                rows += len(units[end])
+                end += 1
+            pending = units[start:end]
+            if self.group:
+                pending.sort(key=lambda u: -max(self.lengths[j] for j in u))
+            start = end
+            while pending:
+                room = bs - len(current)
+                k = next((n for n, u in enumerate(pending) if len(u) <= room), None)
+                if k is None:  # nothing fits whole: split the first unit across two batches
+                    unit = pending.pop(0)
+                    current += unit[:room]
+                    pending.insert(0, unit[room:])
+                else:
+                    current += pending.pop(k)
+                if len(current) == bs:
+                    batches.append(current)
+                    current = []
+        rng.shuffle(batches)
+        for unit in lone:  # an odd row out goes last, into the short last batch (it always has room)
+            current += unit
+            if len(current) == bs:
+                batches.append(current)
+                current = []
+        if current:
+            batches.append(current)
+        return [j for b in batches for j in b]
 
 
 def make_collate(pad_id: int, extra: Sequence[str] = ()):
@@ -192,8 +283,16 @@ def get_dataloaders(accelerator, cfg: TrainConfig, splits: Splits, packer, token
     encoded = encode_splits(accelerator, cfg, splits, packer, tokenizer_hash)
     pad_id = packer.pad_id
     extra = extra_columns(aux_losses)
+    missing = [c for c in extra if c not in encoded["train"].column_names]
+    if missing:
+        raise ConfigError(f"an auxiliary loss needs the train column(s) {missing}, which this data lacks"
+                          + (": the pair ranking loss needs contrastive pairs (gate.split=domains reads pairs.jsonl) "
+                             "or gate.pair_loss_weight=0" if "partner" in missing else ""))
     train_view = encoded["train"].select_columns(list(EVAL_COLUMNS) + extra)
-    sampler = LengthGroupedSampler(encoded["train"]["length"], cfg.per_device_train_batch_size, cfg.seed, cfg.length_grouping)
+    together = (encoded["train"]["pair"] if cfg.task == "retrieval_gate" and cfg.gate.pair_batches
+                and "pair" in encoded["train"].column_names else None)
+    sampler = LengthGroupedSampler(encoded["train"]["length"], cfg.per_device_train_batch_size, cfg.seed, cfg.length_grouping,
+                                   together=together)
     train_dl = DataLoader(train_view, batch_size=cfg.per_device_train_batch_size, sampler=sampler, collate_fn=make_collate(pad_id, extra))
     val_dl = eval_dataloader(encoded["validation"], cfg.per_device_eval_batch_size, pad_id)
     test_dl = eval_dataloader(encoded["test"], cfg.per_device_eval_batch_size, pad_id) if encoded["test"] is not None and len(encoded["test"]) else None
