@@ -157,7 +157,7 @@ def test_retrieval_gate_rows_and_group_split(tmp_path):
                 {"role": "user", "content": "thanks!" if i % 2 else "what about shipping to Norway?"}]
         lines.append(json.dumps({"id": f"t{i}", "messages": msgs, "label": "SKIP" if i % 2 else "RETRIEVE", "category": "x"}))
     threads.write_text("\n".join(lines) + "\n")
-    cfg = build_train_config(REPO / "configs" / "retrieval-gate.yaml", [f"--gate.path={threads}", "--gate.validation_fraction=0.25",
+    cfg = build_train_config(REPO / "configs" / "retrieval-gate.yaml", [f"--gate.path={threads}", "--gate.split=opening_message", "--gate.validation_fraction=0.25",
                                                                         "--gate.test_fraction=0.25"])
     splits = load_splits(cfg)
     row = splits.train[0]
