@@ -137,7 +137,7 @@ def log_evaluation_data(tracker: "RunTracker", encoded: Mapping[str, Any], data_
 
     Each dataset is named ``<data name>-<split>`` with MLflow's digest of its rows, its source the
     prepared data folder (or the JSONL files), and the tags ``suffice.data_hash`` and
-    ``suffice.rows_by_source`` (JSON). The run page lists them under "Datasets used", the runs table
+    ``suffice.rows_by_source`` (JSON). The run page lists them under "Datasets", the runs table
     can filter by them, and two runs scored on the same rows show the same digest.
     """
     if not tracker.enabled:
