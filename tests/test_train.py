@@ -1,6 +1,7 @@
 """The training path end to end on a tiny random BERT (no downloads): model directory contract,
 merged-vs-adapter parity, calibration, the MLflow run (params, metrics, artifacts) and the
-registered version; full fine-tuning and three levels; the retrieval-gate data."""
+registered version, the evaluated rows as MLflow datasets, the headline/ metrics and the registered
+bundle versions (signature, input example, headline tags); full fine-tuning and three levels; the retrieval-gate data."""
 
 from __future__ import annotations
 
@@ -172,18 +173,6 @@ def test_run_logs_the_evaluated_rows_as_datasets_and_the_headline_metrics(traine
     assert "headline/test_coverage_at_sufficient" in metrics
     mv = client.get_model_version("suffice-sufficiency-model", "1")  # the version names its run's headline numbers
     assert mv.tags["headline/test_macro_f1"] == f"{metrics['headline/test_macro_f1']:.4f}"
-
-
-def test_headline_metrics_name_validation_only_sources():
-    """wiki-synthetic (validation only: synthetic questions never go to test) gets its own headline pair."""
-    from suffice.training.tracking import headline_metrics
-
-    got = headline_metrics({"overall": {"macro_f1": 0.6}, "squad2": {"macro_f1": 0.5, "auroc": 0.7, "ece": 0.1}},
-                           {"overall": {"macro_f1": 0.7}, "squad2": {"macro_f1": 0.9}, "wiki-synthetic": {"macro_f1": 0.8, "auroc": 0.85}},
-                           {"coverage_at_sufficient": 0.25, "precision_at_sufficient": float("nan")})
-    assert got == {"headline/test_macro_f1": 0.6, "headline/test_squad2_macro_f1": 0.5, "headline/test_squad2_auroc": 0.7,
-                   "headline/test_squad2_ece": 0.1, "headline/val_wiki-synthetic_macro_f1": 0.8,
-                   "headline/val_wiki-synthetic_auroc": 0.85, "headline/val_coverage_at_sufficient": 0.25}
 
 
 def test_registered_bundle_versions_carry_signature_example_and_the_runs_numbers(trained, tiny_bert_dir, tmp_path_factory, tmp_path,
