@@ -254,7 +254,8 @@ def register_bundle(bundle_dir: str | Path, run_id: str | None = None, name: str
     run = client.get_run(run_id)
     source = run.info.artifact_uri.rstrip("/") + "/bundle"
     # the run's headline metrics on the version itself: its page and the registry search show them
-    version_tags = {**headline_tags(run.data.metrics), **(tags or {}), "task": manifest.task, **({"flavor": "python_function"} if manifest.task == "sufficiency" else {})}
+    version_tags = {**headline_tags(run.data.metrics), **(tags or {}), "task": manifest.task,
+                    **({"flavor": "python_function"} if manifest.task == "sufficiency" else {})}
     mv = client.create_model_version(name, source=source, run_id=run_id, tags={k: str(v) for k, v in version_tags.items() if v is not None},
                                      description=description or None)
     from dataclasses import replace
