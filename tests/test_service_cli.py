@@ -70,7 +70,7 @@ def test_serve_process_end_to_end(tmp_path_factory, tiny_bert_dir, tmp_path):
 
 
 @pytest.mark.parametrize("extra, message", [
-    (["--sufficient_context.thresholds.partial=0.95"], "sufficient_context.thresholds"),
+    (["--sufficient_context.thresholds.partial=0.95", "--sufficient_context.thresholds.sufficient=0.9"], "sufficient_context.thresholds"),
     (["--limits.queue_size=many"], "limits.queue_size"),
     (["--auth.api_keys_env=SUFFICE_TEST_UNSET_KEYS"], "auth.api_keys_env"),
     (["positional"], "unrecognised argument"),

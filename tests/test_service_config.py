@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 def test_shipped_config_loads_with_documented_defaults():
     cfg = load_service_config(REPO / "configs" / "service.yaml")
     sc = cfg.sufficient_context
-    assert (sc.thresholds.sufficient, sc.thresholds.partial, sc.min_contexts) == (0.8, 0.5, 1)
+    assert (sc.thresholds.sufficient, sc.thresholds.partial, sc.min_contexts) == (None, None, 1)  # the bundle's thresholds
     assert (cfg.limits.max_body_bytes, cfg.limits.max_passages, cfg.limits.max_chars) == (1 << 20, 64, 100_000)
     assert cfg.upstream.api_key_env == "SUFFICE_UPSTREAM_API_KEY" and cfg.auth.api_keys_env is None
 

@@ -140,3 +140,33 @@ def test_verdict_cache_expires_and_is_bounded():
     now[0] = 11
     assert cache.get("b") is None
     assert VerdictCache(ttl_s=0, max_size=5).get("x") is None
+
+
+def test_service_takes_the_bundles_thresholds_unless_the_config_overrides_them(bundles, tmp_path, caplog):
+    """configs/service.yaml leaves the thresholds to the bundle: a bundle trained with other thresholds
+    is served with them, and the start-up warning names its recorded validation coverage; an explicit
+    --sufficient_context.thresholds.* still wins, key by key."""
+    import shutil
+    from dataclasses import replace
+    from pathlib import Path
+
+    from suffice.serving.bundle import read_manifest, write_manifest
+    from suffice.serving.service import build_service
+
+    bundle = shutil.copytree(bundles["sufficiency"], tmp_path / "bundle")
+    write_manifest(bundle, replace(read_manifest(bundle), thresholds={"sufficient": 0.65, "partial": 0.35}, metrics={
+        "validation_levels": {"coverage_at_sufficient": 0.05, "sufficient_threshold": 0.65, "items": 40}}))
+    shipped = Path(__file__).resolve().parent.parent / "configs" / "service.yaml"
+    caplog.set_level(logging.WARNING, logger="suffice.service")
+    _, scorer, _ = build_service(str(bundle), load_service_config(shipped))
+    assert scorer.thresholds == {"sufficient": 0.65, "partial": 0.35}
+    warning = next(rec.getMessage() for rec in caplog.records if "coverage_floor" in rec.getMessage())
+    assert "(threshold 0.65) on only 5.0% of 40 validation items" in warning and "sufficient>=0.65" in warning
+    assert "coverage_floor=0.2" in warning
+
+    _, scorer, _ = build_service(str(bundle), load_service_config(shipped, ["--sufficient_context.thresholds.sufficient=0.9"]))
+    assert scorer.thresholds == {"sufficient": 0.9, "partial": 0.35}
+    from suffice.serving.service import ServiceConfigError
+
+    with pytest.raises(ServiceConfigError, match=r"sufficient_context.thresholds: partial=0.35 > sufficient=0.3 \(the bundle's sufficient=0.65"):
+        build_service(str(bundle), load_service_config(shipped, ["--sufficient_context.thresholds.sufficient=0.3"]))

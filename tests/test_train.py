@@ -1,6 +1,7 @@
 """The training path end to end on a tiny random BERT (no downloads): model directory contract,
 merged-vs-adapter parity, calibration, the MLflow run (params, metrics, artifacts) and the
-registered version; full fine-tuning and three levels; the retrieval-gate data."""
+registered version, the evaluated rows as MLflow datasets, the headline/ metrics and the registered
+bundle versions (signature, input example, headline tags); full fine-tuning and three levels; the retrieval-gate data."""
 
 from __future__ import annotations
 
@@ -133,6 +134,93 @@ def test_mlflow_run_has_params_metrics_artifacts_and_a_registered_version(traine
         assert tag in mv.tags, tag
     assert mv.tags["label_source"] == "autorater"
     assert run_.info.status == "FINISHED"
+
+
+def test_run_logs_the_evaluated_rows_as_datasets_and_the_headline_metrics(trained):
+    """The runs table and the version comparison need: the evaluated rows as MLflow datasets (contexts
+    validation and test, digest, rows per source, no passage text) and the headline/ metrics."""
+    from mlflow.tracking import MlflowClient
+
+    _, summary, uri = trained
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    run_ = client.get_run(summary["mlflow_run_id"])
+    inputs = {next(t.value for t in d.tags if t.key == "mlflow.data.context"): d for d in run_.inputs.dataset_inputs}
+    assert set(inputs) == {"validation", "test"}
+    rows = [json.loads(line) for line in open(FIXTURE)]
+    for split, d in inputs.items():
+        tags = {t.key: t.value for t in d.tags}
+        expected = {}
+        for r in rows:
+            if r["split"] == split:
+                expected[r["source"]] = expected.get(r["source"], 0) + 1
+        assert json.loads(tags["suffice.rows_by_source"]) == expected
+        assert tags["suffice.data_hash"] == run_.data.params["data_hash"]
+        assert d.dataset.name == f"data-{split}" and len(d.dataset.digest) >= 8 and FIXTURE in d.dataset.source
+        columns = [c["name"] for c in json.loads(d.dataset.schema)["mlflow_colspec"]]
+        assert columns == ["id", "source", "question", "label", "label_source"]  # never the passages
+        assert json.loads(d.dataset.profile)["num_rows"] == sum(expected.values())
+
+    metrics = run_.data.metrics
+    for src in ("overall", "squad2", "qed", "hotpotqa-fullwiki"):
+        for k in ("macro_f1", "auroc", "ece"):
+            name = f"headline/test_{k}" if src == "overall" else f"headline/test_{src}_{k}"
+            flat = f"test_{k}" if src == "overall" else f"test_{src}_{k}"
+            if flat in metrics:  # AUROC is undefined (not logged) on a source with one class
+                assert metrics[name] == pytest.approx(metrics[flat]), name
+    assert "headline/test_macro_f1" in metrics and "headline/test_squad2_macro_f1" in metrics
+    meta = json.loads((trained[0] / "suffice_model.json").read_text())
+    assert metrics["headline/val_coverage_at_sufficient"] == pytest.approx(meta["metrics"]["validation_levels"]["coverage_at_sufficient"])
+    assert "headline/test_coverage_at_sufficient" in metrics
+    mv = client.get_model_version("suffice-sufficiency-model", "1")  # the version names its run's headline numbers
+    assert mv.tags["headline/test_macro_f1"] == f"{metrics['headline/test_macro_f1']:.4f}"
+
+
+def test_registered_bundle_versions_carry_signature_example_and_the_runs_numbers(trained, tiny_bert_dir, tmp_path_factory, tmp_path,
+                                                                                 monkeypatch):
+    """A registered version of suffice-sufficiency shows its signature and input example (get_model_info),
+    links its run (whose params and metrics MLflow's version comparison lays side by side) and carries
+    the run's headline metrics as tags; two versions of two runs compare param by param."""
+    pytest.importorskip("optimum")
+    import shutil
+
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    from pyfunc_support import mlflow_store, tiny_bundle
+    from suffice.training.export.registry import register_bundle
+
+    _, summary, uri = trained
+    store = tmp_path / "store"  # a copy of the trained store: registering here leaves the shared one as the other tests expect
+    store.mkdir()
+    shutil.copy(uri[len("sqlite:///"):], store / "mlflow.db")
+    with mlflow_store(store, monkeypatch) as copy_uri:
+        client = MlflowClient(tracking_uri=copy_uri, registry_uri=copy_uri)
+        source_run = client.get_run(summary["mlflow_run_id"])
+        other = client.create_run(source_run.info.experiment_id, run_name="other")
+        client.log_param(other.info.run_id, "lora.r", "8")
+        client.log_metric(other.info.run_id, "headline/test_squad2_macro_f1", 0.25)
+        versions = []
+        for run_id in (source_run.info.run_id, other.info.run_id):
+            bundle = shutil.copytree(tiny_bundle(tmp_path_factory, tiny_bert_dir), tmp_path / f"bundle-{run_id}")
+            versions.append(register_bundle(bundle, run_id=run_id)[1])
+        assert versions == ["1", "2"]
+        for version, run_id in zip(versions, (source_run.info.run_id, other.info.run_id)):
+            mv = client.get_model_version("suffice-sufficiency", version)
+            assert mv.run_id == run_id
+            run_metrics = client.get_run(run_id).data.metrics
+            assert {k: v for k, v in mv.tags.items() if k.startswith("headline/")} == {
+                k: f"{v:.4f}" for k, v in run_metrics.items() if k.startswith("headline/")}
+            info = mlflow.models.get_model_info(f"models:/suffice-sufficiency/{version}")
+            assert info.signature.inputs.input_names() == ["question", "passages", "context"]
+            assert info.signature.outputs.input_names() == ["score", "level", "latency_ms"]
+            assert info.saved_input_example_info["artifact_path"] == "input_example.json"
+            assert info.flavors["python_function"]["loader_module"] == "suffice.serving.pyfunc"
+        assert client.get_model_version("suffice-sufficiency", "1").tags["headline/test_macro_f1"] == \
+            f"{source_run.data.metrics['headline/test_macro_f1']:.4f}"
+        assert client.get_model_version("suffice-sufficiency", "2").tags["headline/test_squad2_macro_f1"] == "0.2500"
+        # what the comparison view reads: each version's run, its params and metrics
+        params = [client.get_run(client.get_model_version("suffice-sufficiency", v).run_id).data.params.get("lora.r") for v in versions]
+        assert params == ["4", "8"]
 
 
 def test_full_finetuning_three_levels_without_tracking(tiny_bert, tmp_path):

@@ -5,7 +5,16 @@ The store is ``sqlite:///<repo>/mlruns/mlflow.db`` with artifacts under ``mlruns
 resolved config (flattened into params, and as ``resolved_config.yaml``), the git commit, the
 data hash, per-epoch validation metrics, test metrics per source, plots, the model directory,
 and registers a new version of ``suffice-sufficiency`` (or ``suffice-retrieval-gate``) tagged
-with the base model, label source, data hash and test macro-F1.
+with the base model, label source, data hash and the headline metrics.
+
+Two things make runs and registered versions comparable in the MLflow UI:
+
+- the evaluated rows (id, source, question, label: no passage text) are logged as MLflow
+  datasets with the contexts ``validation`` and ``test`` (:func:`log_evaluation_data`), with
+  their digest and rows per source, so two runs evaluated on the same rows show the same digest;
+- the few numbers that decide between two models are logged a second time under the
+  ``headline/`` prefix (:func:`headline_metrics`), which the UI's chart view shows as one
+  section and which registered versions carry as tags (:func:`headline_tags`).
 
 Only the main process talks to MLflow; on the others a :class:`RunTracker` does nothing.
 
@@ -15,8 +24,11 @@ Only the main process talks to MLflow; on the others a :class:`RunTracker` does 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import sys
+import warnings
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -24,6 +36,10 @@ from suffice.serving.config import config_to_dict, flatten
 from suffice.training.paths import REPO_ROOT, default_artifact_location, default_tracking_uri
 
 MAX_PARAM_CHARS = 6000  # MLflow's limit on a param value
+HEADLINE = "headline"  # the metric prefix (the UI groups charts by the part before "/")
+HEADLINE_TEST = ("macro_f1", "auroc", "ece")  # overall and per test source
+HEADLINE_VALIDATION = ("macro_f1", "auroc")  # per validation-only source (wiki-synthetic: never in test)
+EVALUATION_COLUMNS = ("id", "source", "question", "labels", "label_source")  # what a logged dataset row holds
 
 
 def git_commit(repo: str | Path = REPO_ROOT) -> str | None:
@@ -54,6 +70,89 @@ def config_params(cfg: Any) -> dict[str, str]:
     """
     flat = flatten(config_to_dict(cfg))
     return {k: str(v)[:MAX_PARAM_CHARS] for k, v in flat.items()}
+
+
+def headline_metrics(test: Mapping[str, Mapping[str, float]] | None, validation: Mapping[str, Mapping[str, float]] | None,
+                     validation_levels: Mapping[str, float] | None = None) -> dict[str, float]:
+    """The numbers that decide between two models, under ``headline/``:
+
+    - ``headline/test_macro_f1``, ``_auroc``, ``_ece`` overall, and ``headline/test_<source>_macro_f1``... per test source;
+    - ``headline/val_<source>_macro_f1`` and ``_auroc`` for each validation source that has no test rows
+      (``wiki-synthetic``: synthetic questions never go to test), calibrated;
+    - ``headline/val_coverage_at_sufficient`` and ``headline/val_precision_at_sufficient``: how decisive the
+      model is at the ``sufficient`` threshold (0.8) on validation; ``headline/test_coverage_at_sufficient`` on test.
+
+    ``test`` / ``validation``: per-source tables (``{"overall": {...}, "squad2": {...}}``);
+    ``validation_levels``: the calibration record's ``validation_levels``. Missing or NaN numbers are left out.
+
+    >>> headline_metrics({"overall": {"macro_f1": 0.7, "auroc": 0.8, "ece": 0.05, "share_at_sufficient": 0.1},
+    ...                   "squad2": {"macro_f1": 0.6, "auroc": float("nan")}},
+    ...                  {"overall": {}, "squad2": {}, "wiki-synthetic": {"macro_f1": 0.9, "auroc": 0.95}},
+    ...                  {"coverage_at_sufficient": 0.2})  # doctest: +NORMALIZE_WHITESPACE
+    {'headline/test_macro_f1': 0.7, 'headline/test_auroc': 0.8, 'headline/test_ece': 0.05,
+     'headline/test_coverage_at_sufficient': 0.1, 'headline/test_squad2_macro_f1': 0.6,
+     'headline/val_wiki-synthetic_macro_f1': 0.9, 'headline/val_wiki-synthetic_auroc': 0.95,
+     'headline/val_coverage_at_sufficient': 0.2}
+    """
+    import math
+
+    out: dict[str, Any] = {}
+    test, validation = test or {}, validation or {}
+    overall = test.get("overall", {})
+    out.update({f"test_{k}": overall.get(k) for k in HEADLINE_TEST})
+    out["test_coverage_at_sufficient"] = overall.get("share_at_sufficient")
+    for src, m in test.items():
+        if src != "overall":
+            out.update({f"test_{src}_{k}": m.get(k) for k in HEADLINE_TEST})
+    for src, m in validation.items():
+        if src != "overall" and src not in test:
+            out.update({f"val_{src}_{k}": m.get(k) for k in HEADLINE_VALIDATION})
+    levels = validation_levels or {}
+    out.update({f"val_{k}": levels.get(k) for k in ("coverage_at_sufficient", "precision_at_sufficient")})
+    return {f"{HEADLINE}/{k}": float(v) for k, v in out.items() if isinstance(v, (int, float)) and math.isfinite(v)}
+
+
+def headline_tags(metrics: Mapping[str, float]) -> dict[str, str]:
+    """The ``headline/`` metrics of a run as model-version tags (4 decimals), so a registered version
+    names its numbers on its own page and in the registry's search.
+
+    >>> headline_tags({"headline/test_macro_f1": 0.71234, "test_n": 100.0})
+    {'headline/test_macro_f1': '0.7123'}
+    """
+    return {k: f"{v:.4f}" for k, v in sorted(metrics.items()) if k.startswith(f"{HEADLINE}/")}
+
+
+def evaluation_frame(ds):
+    """The evaluated rows of an encoded split as a pandas DataFrame: id, source, question, label (and
+    label_source when present); no passages, whose text would make the record large."""
+    import pandas as pd
+
+    cols = [c for c in EVALUATION_COLUMNS if c in ds.column_names]
+    return pd.DataFrame({("label" if c == "labels" else c): list(ds[c]) for c in cols})
+
+
+def log_evaluation_data(tracker: "RunTracker", encoded: Mapping[str, Any], data_hash: str, manifest: Mapping[str, Any] | None = None,
+                        contexts: tuple[str, ...] = ("validation", "test")) -> None:
+    """Log the evaluated rows of each split in ``contexts`` as an MLflow dataset input of the run.
+
+    Each dataset is named ``<data name>-<split>`` with MLflow's digest of its rows, its source the
+    prepared data folder (or the JSONL files), and the tags ``suffice.data_hash`` and
+    ``suffice.rows_by_source`` (JSON). The run page lists them under "Datasets", the runs table
+    can filter by them, and two runs scored on the same rows show the same digest.
+    """
+    if not tracker.enabled:
+        return
+    manifest = manifest or {}
+    source = str(manifest.get("path") or ",".join(map(str, manifest.get("files") or [])) or "unknown")
+    name = str(manifest.get("name") or "data")
+    for split in contexts:
+        ds = encoded.get(split)
+        if ds is None or len(ds) == 0:
+            continue
+        df = evaluation_frame(ds)
+        counts = df["source"].value_counts().sort_index().to_dict() if "source" in df else {"all": len(df)}
+        tracker.log_dataset(df, context=split, name=f"{name}-{split}", source=source,
+                            tags={"suffice.data_hash": data_hash, "suffice.rows_by_source": json.dumps(counts)})
 
 
 def setup(tracking_uri: str | None = None, experiment: str = "suffice") -> str:
@@ -132,6 +231,29 @@ class RunTracker:
         for i in range(0, len(ms), 1000):
             self.client.log_batch(self.run_id, metrics=ms[i : i + 1000])
 
+    def log_dataset(self, df, context: str, name: str, source: str, tags: Mapping[str, str] | None = None) -> None:
+        """Log ``df`` as an MLflow dataset input (``mlflow.data.from_pandas``) with ``context`` (``validation``,
+        ``test``). Only the schema, the digest and the row count are stored, not the rows. A failure is
+        reported and the run goes on: the dataset record is a convenience, not the result."""
+        if not self.enabled:
+            return
+        import mlflow.data
+        from mlflow.entities import Dataset, DatasetInput, InputTag
+        from mlflow.exceptions import MlflowException
+
+        try:
+            with warnings.catch_warnings():  # MLflow's hints about model-schema inference and its twice-registered local source
+                warnings.simplefilter("ignore", UserWarning)
+                dataset = mlflow.data.from_pandas(df, source=source, name=name, targets="label" if "label" in df else None)
+                record = dataset.to_dict()  # name, digest, source, source_type, schema, profile (what mlflow.log_input sends)
+            input_tags = [InputTag("mlflow.data.context", context), *(InputTag(k, str(v)) for k, v in (tags or {}).items())]
+            entity = Dataset(name=record["name"], digest=record["digest"], source_type=record["source_type"], source=record["source"],
+                             schema=record.get("schema"), profile=record.get("profile"))
+            self.client.log_inputs(self.run_id, datasets=[DatasetInput(entity, tags=input_tags)])
+        except (MlflowException, ValueError, TypeError, OSError) as e:
+            print(f"warning: could not log the {context} rows as an MLflow dataset ({type(e).__name__}: {e}); "
+                  "the run goes on without it", file=sys.stderr)
+
     def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
         if self.enabled:
             self.client.log_artifact(self.run_id, str(path), artifact_path)
@@ -162,9 +284,10 @@ class RunTracker:
             self.client.create_registered_model(
                 name, description="suffice trained-model directories (merged model, adapter, suffice_model.json); "
                                   "export one with `suffice export --model models:/NAME/N`")
+        headline = headline_tags(self.client.get_run(self.run_id).data.metrics)
         mv = self.client.create_model_version(
             name, source=self.artifact_uri(artifact_path), run_id=self.run_id,
-            tags={k: str(v) for k, v in tags.items() if v is not None}, description=description or None,
+            tags={**headline, **{k: str(v) for k, v in tags.items() if v is not None}}, description=description or None,
         )
         return str(mv.version)
 

@@ -16,7 +16,7 @@ import logging
 import sys
 from pathlib import Path
 
-from suffice.serving.bundle import PARTIAL, SUFFICIENT
+from suffice.serving.bundle import DEFAULT_THRESHOLDS, PARTIAL, SUFFICIENT, read_manifest
 from suffice.serving.service.app import create_app
 from suffice.serving.service.errors import RedactingFilter, Redactor
 from suffice.serving.service.config import (
@@ -61,9 +61,13 @@ def build_service(bundle: str, config: ServiceConfig):
 
     rt = config.runtime
     th = config.sufficient_context.thresholds
-    scorer = SufficiencyScorer.load(resolve_bundle_uri(bundle), ScorerConfig(
+    overrides = {k: v for k, v in ((SUFFICIENT, th.sufficient), (PARTIAL, th.partial)) if v is not None}  # unset: the bundle's
+    path = resolve_bundle_uri(bundle)
+    if overrides:
+        check_threshold_overrides(read_manifest(path).thresholds, overrides)
+    scorer = SufficiencyScorer.load(path, ScorerConfig(
         precision=rt.precision, intra_op_threads=rt.intra_op_threads, verify_checksums=rt.verify_checksums,
-        thresholds={SUFFICIENT: th.sufficient, PARTIAL: th.partial},
+        thresholds=overrides or None,
     ))
     gate = None
     if config.retrieval_gate.bundle:
@@ -71,6 +75,22 @@ def build_service(bundle: str, config: ServiceConfig):
             skip_threshold=config.retrieval_gate.skip_threshold, precision=rt.precision,
             intra_op_threads=rt.intra_op_threads, verify_checksums=rt.verify_checksums))
     return create_app(config, scorer, retrieval_gate=gate), scorer, gate
+
+
+def check_threshold_overrides(bundle_thresholds, overrides) -> None:
+    """Refuse config overrides that cross the bundle's other threshold, naming the config key.
+
+    >>> check_threshold_overrides({"sufficient": 0.8, "partial": 0.5}, {"partial": 0.9})  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    suffice.serving.service.config.ServiceConfigError: sufficient_context.thresholds: partial=0.9 > sufficient=0.8 (the bundle's ...
+    """
+    merged = {**DEFAULT_THRESHOLDS["sufficiency"], **dict(bundle_thresholds), **overrides}
+    if merged[PARTIAL] > merged[SUFFICIENT]:
+        bundle_text = ", ".join(f"{k}={dict(bundle_thresholds).get(k, DEFAULT_THRESHOLDS['sufficiency'][k]):g}" for k in (SUFFICIENT, PARTIAL))
+        raise ServiceConfigError(
+            f"sufficient_context.thresholds: partial={merged[PARTIAL]:g} > sufficient={merged[SUFFICIENT]:g} (the bundle's {bundle_text} "
+            f"with this config's {', '.join(f'{k}={v:g}' for k, v in overrides.items())}): partial must be the lower one; set both")
 
 
 def main(argv: list[str] | None = None) -> int:

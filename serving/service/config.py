@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from suffice.serving.bundle import DEFAULT_THRESHOLDS, PARTIAL, SUFFICIENT
+from suffice.serving.bundle import PARTIAL, SUFFICIENT
 from suffice.serving.config import ConfigError, config_from_dict, deep_merge, load_yaml, parse_overrides
 from suffice.serving.gates.context import ContextGateConfig
 
@@ -81,17 +81,21 @@ class RuntimeSection:
 
 @dataclass(frozen=True)
 class Thresholds:
-    """Score thresholds: ``sufficient`` when score >= sufficient, ``partial`` when >= partial."""
+    """Score thresholds: ``sufficient`` when score >= sufficient, ``partial`` when >= partial.
 
-    sufficient: float = DEFAULT_THRESHOLDS["sufficiency"][SUFFICIENT]
-    partial: float = DEFAULT_THRESHOLDS["sufficiency"][PARTIAL]
+    None (the default) keeps the bundle's own threshold (its ``suffice.json``, fitted with the model);
+    a number overrides it for this service. The bundle's and these are checked together at load.
+    """
+
+    sufficient: float | None = None
+    partial: float | None = None
 
     def __post_init__(self) -> None:
         for name in (SUFFICIENT, PARTIAL):
             v = getattr(self, name)
-            if not 0.0 <= v <= 1.0:
-                raise ServiceConfigError(f"{name}={v!r} must be in [0, 1]")
-        if self.partial > self.sufficient:
+            if v is not None and not 0.0 <= v <= 1.0:
+                raise ServiceConfigError(f"{name}={v!r} must be in [0, 1] (or null: the bundle's)")
+        if self.partial is not None and self.sufficient is not None and self.partial > self.sufficient:
             raise ServiceConfigError(
                 f"partial={self.partial!r} > sufficient={self.sufficient!r}: partial must be the lower threshold"
             )
@@ -103,7 +107,7 @@ class SufficientContextConfig:
 
     enabled: run the context gate and the scorer on every chat request (false = plain proxy).
     min_contexts: fewer admitted documents than this is ``insufficient`` whatever the score.
-    thresholds: the levels' thresholds (override the bundle's).
+    thresholds: the levels' thresholds; null (the default) = the bundle's own, a number overrides it.
     decline_insufficient: ``insufficient`` -> answer with what is missing instead of calling the
         LLM; false -> call the LLM and append the caveat.
     caveat: appended to answers given on ``partial`` (or forwarded ``insufficient``) context; with

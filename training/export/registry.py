@@ -28,6 +28,7 @@ from pathlib import Path
 from suffice.serving.bundle import MANIFEST_NAME, BundleManifest, read_manifest, verify_bundle, write_manifest
 from suffice.training.fit.meta import MODEL_META
 from suffice.training.paths import default_artifact_location, default_tracking_uri, mlruns_dir
+from suffice.training.tracking import headline_tags
 
 REGISTERED_NAMES = {"sufficiency": "suffice-sufficiency", "retrieval_gate": "suffice-retrieval-gate"}
 EXPORT_EXPERIMENT = "suffice-export"
@@ -221,7 +222,10 @@ def register_bundle(bundle_dir: str | Path, run_id: str | None = None, name: str
     ``suffice-export`` experiment. The version number is written into the manifest (which is
     not itself checksummed) before the files are logged, so the registered copy names itself.
     ``client``: the MlflowClient to use (default: the project's store); ``tags`` and
-    ``description`` go on the version. Returns (registered model name, version).
+    ``description`` go on the version, after the run's ``headline/`` metrics as tags
+    (:func:`suffice.training.tracking.headline_tags`). The version links its run, so MLflow's
+    version comparison shows the run's params and metrics side by side. Returns (registered model
+    name, version).
 
     >>> register_bundle("bundles/v3")  # doctest: +SKIP
     ('suffice-sufficiency', '3')
@@ -247,8 +251,11 @@ def register_bundle(bundle_dir: str | Path, run_id: str | None = None, name: str
     except Exception:  # not registered yet: create it (any other failure resurfaces just below)
         client.create_registered_model(name, description="suffice exported bundles as MLflow pyfunc models "
                                        "(suffice.serving on ONNX Runtime; the bundle is under data/bundle)")
-    source = client.get_run(run_id).info.artifact_uri.rstrip("/") + "/bundle"
-    version_tags = {**(tags or {}), "task": manifest.task, **({"flavor": "python_function"} if manifest.task == "sufficiency" else {})}
+    run = client.get_run(run_id)
+    source = run.info.artifact_uri.rstrip("/") + "/bundle"
+    # the run's headline metrics on the version itself: its page and the registry search show them
+    version_tags = {**headline_tags(run.data.metrics), **(tags or {}), "task": manifest.task,
+                    **({"flavor": "python_function"} if manifest.task == "sufficiency" else {})}
     mv = client.create_model_version(name, source=source, run_id=run_id, tags={k: str(v) for k, v in version_tags.items() if v is not None},
                                      description=description or None)
     from dataclasses import replace

@@ -1,7 +1,8 @@
 """Finishing a model, the same way for ``suffice train`` and ``suffice soup``.
 
 :func:`finalize`: temperature scaling and thresholds fitted on validation logits, the calibrated
-validation report, the test report next to the baselines, ``suffice_model.json``
+validation report, the test report next to the baselines, the ``headline/`` metrics
+(:func:`suffice.training.tracking.headline_metrics`), ``suffice_model.json``
 (:class:`~suffice.training.fit.meta.ModelMeta`), the model directory, evaluation artifacts, a
 (``export: true``) the ONNX bundle, and the registered versions (:func:`save_and_register`).
 """
@@ -23,6 +24,7 @@ from suffice.training.evaluation import report as ev
 from suffice.training.fit.config import TrainConfig
 from suffice.training.fit.loop import TrainState, predict
 from suffice.training.fit.meta import ModelMeta
+from suffice.training.tracking import headline_metrics
 
 
 def level_thresholds(cfg: TrainConfig, val_logits: np.ndarray, val_labels: np.ndarray, temperature: float):
@@ -95,6 +97,9 @@ def finalize(cfg: TrainConfig, accelerator, model, *, val_logits: np.ndarray, en
     if not accelerator.is_main_process:
         return out
     test_overall = (report or {}).get("model", {}).get("overall", {})
+    # logged before registration, which copies them onto the registered versions as tags
+    out["headline"] = headline_metrics((report or {}).get("model"), val_report, threshold_info.get(VALIDATION_LEVELS))
+    tracker.log_metrics(out["headline"], step=state.epoch)
     meta = ModelMeta.from_dict({
         "task": cfg.task, "label_scheme": cfg.label_scheme, "id2label": {str(k): v for k, v in cfg.id2label.items()},
         "positive_label": cfg.positive_label, "max_length": cfg.max_length, "long_context_strategy": cfg.long_context_strategy,

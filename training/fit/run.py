@@ -63,7 +63,7 @@ def run(cfg: TrainConfig, aux_losses: Sequence[AuxiliaryLoss] = ()) -> dict[str,
     tracker = RunTracker(cfg.tracking.enabled, cfg.tracking.tracking_uri, cfg.tracking.experiment, accelerator.is_main_process)
     state = resume_state or TrainState(run_name=run_name)
     commit = git_commit()
-    start_tracking(cfg, accelerator, tracker, state, splits, derived, resume_state is not None, commit, total_steps, n_params[0])
+    start_tracking(cfg, accelerator, tracker, state, splits, encoded, derived, resume_state is not None, commit, total_steps, n_params[0])
     try:
         if resume_state is not None:
             latest = checkpoints.latest()
@@ -303,11 +303,12 @@ def describe(cfg: TrainConfig, accelerator, run_name: str, out_dir: Path, encode
     return {"stats": stats, "counts": counts}
 
 
-def start_tracking(cfg: TrainConfig, accelerator, tracker, state: TrainState, splits: Splits, derived: dict[str, Any],
+def start_tracking(cfg: TrainConfig, accelerator, tracker, state: TrainState, splits: Splits, encoded, derived: dict[str, Any],
                    resumed: bool, commit: str | None, total_steps: int, n_trainable: int) -> None:
-    """Open (or, resumed, reopen) the MLflow run; a fresh run logs params, data stats and the resolved config."""
+    """Open (or, resumed, reopen) the MLflow run; a fresh run logs params, data stats, the resolved config and
+    the evaluated rows as MLflow datasets (``encoded``: the encoded splits)."""
     from suffice.serving.config import config_to_dict, flatten
-    from suffice.training.tracking import config_params
+    from suffice.training.tracking import config_params, log_evaluation_data
 
     state.mlflow_run_id = tracker.start(state.run_name, run_id=state.mlflow_run_id, tags={
         "task": cfg.task, "base_model": cfg.base_model, "finetune": cfg.finetune, "label_source": splits.label_source,
@@ -325,5 +326,6 @@ def start_tracking(cfg: TrainConfig, accelerator, tracker, state: TrainState, sp
                         **{f"items_{k}": v for k, v in derived["counts"].items()}})
     tracker.log_metrics({f"data_{s}_{k}": v for s, m in derived["stats"].items() for k, v in m.items()}, step=0)
     tracker.log_text(dump_yaml(cfg), "resolved_config.yaml")
+    log_evaluation_data(tracker, encoded, splits.data_hash, splits.manifest)
     if splits.manifest:
         tracker.log_text(json.dumps(splits.manifest, indent=2, default=str), "data_manifest.json")

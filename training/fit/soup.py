@@ -45,7 +45,7 @@ import numpy as np
 from suffice.serving.jsonl import json_safe
 from suffice.training.fit.finalize import finalize
 from suffice.training.fit.meta import REQUIRED
-from suffice.training.tracking import RunTracker, git_commit, ui_command
+from suffice.training.tracking import RunTracker, git_commit, log_evaluation_data, ui_command
 
 MUST_MATCH = ("task", "label_scheme", "id2label", "positive_label", "max_length", "long_context_strategy")
 METHODS = ("greedy", "uniform")
@@ -291,6 +291,7 @@ def finish(bench: SoupBench, ingredients: Sequence[Ingredient], kept: Sequence[i
         tracker.log_metrics({f"ingredient_{i}_val_{k}": v for i, ing in enumerate(ingredients) for k, v in ing.validation.items()}
                             | {f"val_{k}": v for k, v in val.items()} | {"soup_size": float(len(kept))})
         tracker.log_text(json.dumps(json_safe(soup_info), indent=2), "soup.json")
+        log_evaluation_data(tracker, bench.encoded, splits.data_hash, splits.manifest)
         test_dl = None
         if cfg.evaluate_test and bench.encoded["test"] is not None:
             test_dl = bench.accelerator.prepare(eval_dataloader(bench.encoded["test"], cfg.per_device_eval_batch_size, bench.pad_id))

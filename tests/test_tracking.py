@@ -1,0 +1,40 @@
+"""suffice.training.tracking on its own: the headline/ metric names and a dataset record that MLflow refuses.
+(The training run's datasets, headline metrics and registered versions: tests/test_train.py.)"""
+
+from __future__ import annotations
+
+import pytest
+
+
+def test_headline_metrics_name_validation_only_sources():
+    """wiki-synthetic (validation only: synthetic questions never go to test) gets its own headline pair."""
+    from suffice.training.tracking import headline_metrics
+
+    got = headline_metrics({"overall": {"macro_f1": 0.6}, "squad2": {"macro_f1": 0.5, "auroc": 0.7, "ece": 0.1}},
+                           {"overall": {"macro_f1": 0.7}, "squad2": {"macro_f1": 0.9}, "wiki-synthetic": {"macro_f1": 0.8, "auroc": 0.85}},
+                           {"coverage_at_sufficient": 0.25, "precision_at_sufficient": float("nan")})
+    assert got == {"headline/test_macro_f1": 0.6, "headline/test_squad2_macro_f1": 0.5, "headline/test_squad2_auroc": 0.7,
+                   "headline/test_squad2_ece": 0.1, "headline/val_wiki-synthetic_macro_f1": 0.8,
+                   "headline/val_wiki-synthetic_auroc": 0.85, "headline/val_coverage_at_sufficient": 0.25}
+
+
+def test_a_failing_dataset_record_does_not_fail_the_run(tmp_path, monkeypatch, capsys):
+    """The dataset input is a convenience: when MLflow refuses it, the run goes on and says why."""
+    pd = pytest.importorskip("pandas")
+    from mlflow.exceptions import MlflowException
+
+    from suffice.training.tracking import RunTracker
+
+    tracker = RunTracker(tracking_uri=f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")
+    tracker.start("t")
+
+    def refuse(*args, **kwargs):
+        raise MlflowException("store is read-only")
+
+    monkeypatch.setattr(tracker.client, "log_inputs", refuse)
+    tracker.log_dataset(pd.DataFrame({"id": ["a"], "source": ["squad2"], "label": [1]}), context="test", name="d-test", source="x.jsonl")
+    err = capsys.readouterr().err
+    assert "could not log the test rows as an MLflow dataset" in err and "store is read-only" in err
+    tracker.log_metrics({"headline/test_macro_f1": 0.5})
+    assert tracker.client.get_run(tracker.run_id).data.metrics == {"headline/test_macro_f1": 0.5}
+    tracker.end()
