@@ -3,7 +3,7 @@
 A bi-encoder like all-MiniLM-L6-v2 has never read a (question, passage) *pair*; before the
 teacher-labelled stage it can learn to by answering "is the answer in this passage?" on rows
 that cost nothing. From every single-passage train row (real or teacher-written) whose gold answer
-string occurs in its passage:
+string occurs in its passage (and whose gold label, where it has one, is not "insufficient"):
 
 ``s0_own`` (label 1)
     the question with its own passage.
@@ -36,6 +36,7 @@ for this (``configs/pretrain.yaml``; ``suffice data prepare --pretrain=true`` to
 
 from __future__ import annotations
 
+import bisect
 import random
 import re
 from collections import Counter, defaultdict
@@ -94,18 +95,19 @@ def stage0_rows(train_rows: Iterable[Mapping[str, Any]], answers: Mapping[str, S
                 kinds: Sequence[str] = KINDS, held_out_texts: Iterable[str] = ()) -> list[dict[str, Any]]:
     """Stage-0 rows (the prepared-data columns) from ``train_rows``; see the module docstring.
 
-    Only rows with split ``train``, no variant, one passage and a known answer found in it are
-    parents. ``held_out_texts``: passage texts of validation/test rows, never used as negatives.
+    Only rows with split ``train``, no variant, one passage, a gold label that is not 0 and a known
+    answer found in the passage are parents. ``held_out_texts``: passage texts of validation/test rows, never used as negatives.
     """
     check_kinds(kinds)
     held_out = set(held_out_texts)
-    parents = [r for r in train_rows if r.get("split", "train") == "train" and not r.get("variant") and len(r["passages"]) == 1]
+    parents = [r for r in train_rows if r.get("split", "train") == "train" and not r.get("variant") and len(r["passages"]) == 1
+               and int(r.get("gold_label", -1)) != 0]  # QED keeps an answer string when its passage does not explain it
     by_title: dict[str, list[str]] = defaultdict(list)
     for r in parents:
         p = r["passages"][0]
         if p["text"] not in held_out and p["text"] not in by_title[p["title"]]:
             by_title[p["title"]].append(p["text"])
-    titles = sorted(by_title)
+    titles = sorted(t for t, texts in by_title.items() if texts)
     out: list[dict[str, Any]] = []
     for r in parents:
         ans = [a for a in answers.get(r["id"], ()) if a and a.strip()]
@@ -124,11 +126,14 @@ def stage0_rows(train_rows: Iterable[Mapping[str, Any]], answers: Mapping[str, S
         same = [t for t in by_title.get(title, ()) if t != text and not holds_answer(t, ans)]
         if same:
             made["s0_other_paragraph"] = (title, same[rng.randrange(len(same))])
-        else:
-            for _ in range(8):  # a paragraph of another title that happens not to hold the answer
-                t = titles[rng.randrange(len(titles))] if titles else title
-                cand = by_title[t][rng.randrange(len(by_title[t]))] if t != title else ""
-                if cand and not holds_answer(cand, ans):
+        elif len(titles) > 1:
+            own = bisect.bisect_left(titles, title)
+            has_own = own < len(titles) and titles[own] == title
+            for _ in range(8):  # a paragraph of another title that does not hold the answer either
+                k = rng.randrange(len(titles) - has_own)
+                t = titles[k + (has_own and k >= own)]
+                cand = by_title[t][rng.randrange(len(by_title[t]))]
+                if not holds_answer(cand, ans):
                     made["s0_other_paragraph"] = (t, cand)
                     break
         out += [_row(r, k, *made[k]) for k in KINDS if k in made and k in kinds]
