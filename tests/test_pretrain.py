@@ -121,7 +121,7 @@ def test_stage0_then_sufficiency_and_gate_from_its_directory(tiny_bert, tmp_path
 
     stage0 = tmp_path / "stage0"
     common = ["--tracking.enabled=false", "--baselines=[]", "--num_train_epochs=1", "--max_length=64", "--torch_threads=1",
-              "--per_device_train_batch_size=4", "--lora.r=4", "--lora.alpha=8", "--mixed_precision=no"]
+              "--per_device_train_batch_size=4", "--lora.r=4", "--lora.alpha=8"]
     run(build_train_config(REPO / "configs" / "pretrain.yaml", [
         f"--base_model={tiny_bert}", f"--output_dir={stage0}", f"--data.data_dir={SHARED}", "--data.name=pytest-pretrain",
         "--max_train_items=0", *common]))
