@@ -10,8 +10,10 @@ What it writes (one xz-compressed JSON, passages stored once and referenced by i
   ``configs/sufficiency-full.yaml`` trains on. (The 2026-11-28 GPU runs used this script's first
   version, commit c205e13, which built the same two additions itself: 36,544 train rows.)
 - ``stage0``: pair-reading pretraining rows made for free from every train question whose answer
-  is known: (question, own passage) = 1; (question, passage without the answer-bearing
-  sentences) = 0; (question, another paragraph of the same article, else of another title) = 0.
+  is known, by ``suffice.training.data.pretrain.stage0_rows`` (what ``configs/pretrain.yaml``
+  trains on): own passage = 1, answer-bearing sentences +-1 = 1, passage without them = 0,
+  another paragraph of the article (else of another title) = 0. ``--stage0-kinds`` picks kinds;
+  the 2026-11-28 runs used the first three without evidence rows (script version c205e13).
 
 Only train-split items feed ``stage0`` and the training rows; validation/test rows are the
 prepared splits as training sees them. Nothing here reads a test label into training.
@@ -22,20 +24,13 @@ from __future__ import annotations
 import argparse
 import json
 import lzma
-import random
-import re
 import sys
-from collections import defaultdict
 from pathlib import Path
 
-from suffice.serving.packing import split_sentences
 from suffice.training.evaluation.baselines import load_gold_answers
 from suffice.training.data.builder import DataConfig, prepare
+from suffice.training.data.pretrain import KINDS, stage0_rows
 from suffice.training.paths import data_dir
-
-
-def _norm(s: str) -> str:
-    return re.sub(r"\s+", " ", s.lower()).strip()
 
 
 class PassageTable:
@@ -58,8 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--retrieval-like-fraction", type=float, default=0.3)
     ap.add_argument("--seed", type=int, default=13)
+    ap.add_argument("--stage0-kinds", default=",".join(KINDS), help=f"comma-separated subset of {','.join(KINDS)}")
     args = ap.parse_args(argv)
-    rng = random.Random(args.seed)
     d = data_dir()
     table = PassageTable()
 
@@ -79,49 +74,10 @@ def main(argv: list[str] | None = None) -> int:
     out: dict[str, list[dict]] = {s: [compact(r) for r in rs if int(r["label"]) in (0, 1)] for s, rs in rows.items()}
     n_rl = sum(r["variant"] == "retrieval_like" for r in out["train"])
 
-    # paragraphs of train items by title and by squad2 article (for stage 0's other-paragraph negatives)
-    train_single = [r for r in rows["train"] if len(r["passages"]) == 1 and not r.get("variant")]
-    by_title: dict[str, list[dict]] = defaultdict(list)
-    seen = set()
-    for r in train_single:
-        p = r["passages"][0]
-        if (p["title"], p["text"]) not in seen:
-            seen.add((p["title"], p["text"]))
-            by_title[p["title"]].append(p)
-    titles = sorted(by_title)
-    article_of = lambda r: (r.get("group") or "").rsplit(":", 1)[0]  # squad2:Article:k -> squad2:Article
-    by_article: dict[str, list[dict]] = defaultdict(list)
-    for r in train_single:
-        if r["source"].startswith("squad2"):
-            by_article[article_of(r)].append(r["passages"][0])
-
-    def distractors(own_title: str, k: int) -> list[dict]:
-        picked = []
-        while len(picked) < k:
-            t = titles[rng.randrange(len(titles))]
-            if t != own_title:
-                picked.append(by_title[t][rng.randrange(len(by_title[t]))])
-        return picked
-
-    # stage 0: pair reading from known answers (train only)
-    stage0 = []
-    for r in train_single:
-        ans = [a for a in answers.get(r["id"], []) if a and a.strip()]
-        if not ans:
-            continue
-        own = r["passages"][0]
-        text = own["text"]
-        if not any(_norm(a) in _norm(text) for a in ans):
-            continue
-        stage0.append(compact(r) | {"label": 1, "variant": "s0_own"})
-        sents = split_sentences(text)
-        kept = [s for s in sents if not any(_norm(a) in _norm(s) for a in ans)]
-        if kept and len(kept) < len(sents):
-            stage0.append(compact(r, [{"title": own["title"], "text": " ".join(kept)}]) | {"id": r["id"] + "#s0-noans", "label": 0, "variant": "s0_answer_removed"})
-        pool = [p for p in by_article.get(article_of(r), []) if p["text"] != text and not any(_norm(a) in _norm(p["text"]) for a in ans)]
-        other = pool[rng.randrange(len(pool))] if pool else distractors(own["title"], 1)[0]
-        if not any(_norm(a) in _norm(other["text"]) for a in ans):
-            stage0.append(compact(r, [other]) | {"id": r["id"] + "#s0-other", "label": 0, "variant": "s0_other_paragraph"})
+    # stage 0: pair reading from known answers (train only), built by the product's stage-0 builder
+    stage0 = [compact(r) for r in stage0_rows(rows["train"], answers, seed=args.seed, kinds=args.stage0_kinds.split(","),
+                                              held_out_texts=(p["text"] for s in ("validation", "test") for r in rows.get(s, [])
+                                                              for p in r["passages"]))]
     out["stage0"] = stage0
 
     payload = {"passages": table.items, "splits": out, "manifest": {"data_hash": manifest.get("data_hash"), "retrieval_like": n_rl}}

@@ -36,6 +36,8 @@ from suffice.serving.config import ConfigError, config_to_dict
 from suffice.training.data.labels import agreement_by_source, apply_labels, cohen_kappa  # noqa: F401  (cohen_kappa: re-exported)
 from suffice.training.data.loaders import (LoadReport, gold_label, hash_split, load_items,
                                            read_autorater_labels, sha256_file)
+from suffice.training.data.pretrain import KINDS as PRETRAIN_KINDS
+from suffice.training.data.pretrain import check_kinds, pretrain_rows
 from suffice.training.data.schema import SPLITS, DataFormatError, Item
 from suffice.training.data.variants import RULES, make_variants, retrieval_like_variants
 from suffice.training.paths import data_dir as resolve_data_dir
@@ -77,6 +79,9 @@ class DataConfig:
     retrieval_like_fraction: seeded share of single-paragraph train items (real and synthetic) that
         also appear as a *retrieval-like* copy: their paragraph among 2-9 paragraphs of other titles
         (``suffice.training.data.variants.retrieval_like_variants``; label unchanged). 0 = none.
+    pretrain: build stage-0 pair-reading rows instead of the train split (validation/test unchanged):
+        see ``suffice.training.data.pretrain``; pretrain_kinds: which of its kinds;
+        pretrain_weak_file: also the rule-labelled rows of a ``suffice weak --out`` file.
     seed: seed for every random choice.
     """
 
@@ -96,6 +101,9 @@ class DataConfig:
     synthetic_path: str | None = None
     synthetic_paths: list[str] = field(default_factory=list)
     retrieval_like_fraction: float = 0.0
+    pretrain: bool = False
+    pretrain_kinds: list[str] = field(default_factory=lambda: list(PRETRAIN_KINDS))
+    pretrain_weak_file: str | None = None
     seed: int = 13
 
     def __post_init__(self) -> None:
@@ -120,6 +128,8 @@ class DataConfig:
             raise ConfigError(f"retrieval_like_fraction={self.retrieval_like_fraction} must be between 0 and 1")
         if not 0.0 <= self.variant_parent_fraction <= 1.0:
             raise ConfigError(f"variant_parent_fraction={self.variant_parent_fraction} must be between 0 and 1")
+        if self.pretrain:
+            check_kinds(self.pretrain_kinds)
         try:
             hash_split("check", self.extra_split_fractions)
         except ValueError as e:
@@ -266,6 +276,12 @@ def build(cfg: DataConfig, progress: bool = True) -> tuple[Any, dict[str, Any]]:
         items += retrieval_like_variants(items, fraction=cfg.retrieval_like_fraction, seed=cfg.seed)
 
     rows = [_row(it) for it in items]
+    pretrain = None
+    if cfg.pretrain:  # stage 0: the train split becomes pair-reading rows (suffice.training.data.pretrain)
+        if cfg.pretrain_weak_file and Path(cfg.pretrain_weak_file).is_file():
+            record(Path(cfg.pretrain_weak_file), "weak")
+        rows, pretrain = pretrain_rows(rows, [Path(p) for p, v in inputs.items() if v["role"] in ("items", "synthetic")],
+                                       cfg.seed, cfg.pretrain_kinds, cfg.pretrain_weak_file)
     bad = [r["id"] for r in rows if r["split"] not in SPLITS]
     if bad:
         raise DataFormatError(f"{len(bad)} item(s) have no valid split (first: {bad[0]!r}): give each a split in {list(SPLITS)}", field="split")
@@ -299,6 +315,7 @@ def build(cfg: DataConfig, progress: bool = True) -> tuple[Any, dict[str, Any]]:
                          "rows_by_label_source": dict(sorted(Counter(r["label_source"] or "none" for r in rows).items()))},
         "inputs": inputs,
         "counts": _counts(rows),
+        "pretrain": pretrain,
         "empty_passages": {"total": sum(empty.values()), "by_source": dict(sorted(empty.items()))},
         # rows with a passage whose exact text is also in another split (the input's own overlaps:
         # one retrieved paragraph under different questions); variants never add to these

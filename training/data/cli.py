@@ -69,6 +69,11 @@ def format_stats(manifest: dict[str, Any]) -> str:
     out += ["", "Teacher (autorater) vs gold-derived label, real items",
             _table(["source", "n", "accuracy", "kappa", "teacher suff", "gold suff"], rows) if rows else "(no item has both labels)"]
 
+    pre = manifest.get("pretrain")
+    if pre:  # stage 0 (DataConfig.pretrain): the train split is pair-reading rows
+        out += ["", f"Stage-0 train rows from {pre['parents']} questions with a known answer (of {pre['train_rows_before']} train rows)",
+                _table(["kind", "rows"], [[k, n] for k, n in pre["rows_by_kind"].items()])]
+
     e = manifest["empty_passages"]
     out += ["", f"Empty-passage items: {e['total']}" + (f" ({', '.join(f'{k}: {v}' for k, v in e['by_source'].items())})" if e["total"] else "")]
     d = manifest.get("dropped") or {}
