@@ -48,5 +48,9 @@ def test_mixed_precision_auto_picks_bf16_only_on_cpus_with_bf16_units(monkeypatc
     assert resolve_mixed_precision("auto", CpuInfo.from_flags("x", GENOA)) == "bf16"
     assert resolve_mixed_precision("auto", CpuInfo.from_flags("x", MILAN)) == "no"
     assert resolve_mixed_precision("no", CpuInfo.from_flags("x", SAPPHIRE_RAPIDS)) == "no"
-    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "no")  # accelerate launch --mixed_precision already chose
-    assert resolve_mixed_precision("auto", CpuInfo.from_flags("x", SAPPHIRE_RAPIDS)) is None
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "bf16")  # accelerate launch --mixed_precision bf16 chose
+    assert resolve_mixed_precision("auto", CpuInfo.from_flags("x", MILAN)) is None
+    # `accelerate launch` exports "no" whenever it was not told: its default, not a choice
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "no")
+    assert resolve_mixed_precision("auto", CpuInfo.from_flags("x", SAPPHIRE_RAPIDS)) == "bf16"
+    assert resolve_mixed_precision("no", CpuInfo.from_flags("x", SAPPHIRE_RAPIDS)) == "no"

@@ -146,6 +146,6 @@ def test_stage0_then_sufficiency_and_gate_from_its_directory(tiny_bert, tmp_path
         {"role": "user", "content": "thanks!" if i % 2 else "what about shipping to Norway?"}]}) for i in range(40)) + "\n")
     gate = tmp_path / "gate"
     run(build_train_config(REPO / "configs" / "retrieval-gate.yaml", [
-        f"--base_model={stage0}", f"--output_dir={gate}", f"--gate.path={threads}", "--gate.validation_fraction=0.25",
+        f"--base_model={stage0}", f"--output_dir={gate}", f"--gate.path={threads}", "--gate.split=opening_message", "--gate.validation_fraction=0.25",
         "--gate.test_fraction=0.25", *common]))
     assert json.loads((gate / "suffice_model.json").read_text())["id2label"] == {"0": "RETRIEVE", "1": "SKIP"}

@@ -71,8 +71,9 @@ def encode_split(ds, packer, cfg: TrainConfig, tokenizer_hash: str):
     ds = ds.filter(lambda lab: lab >= 0, input_columns="labels", new_fingerprint=f"{fp}-labelled", desc="labelled only")
     # "row" lets gathered evaluation outputs be put back in dataset order
     ds = ds.add_column("row", list(range(len(ds))), new_fingerprint=f"{fp}-rows")
-    if "pair" in ds.column_names:  # contrastive pairs: each row's partner row (-1 = none)
-        ds = ds.add_column("partner", partner_rows(ds["pair"]), new_fingerprint=f"{fp}-partners")
+    if "pair" in ds.column_names or cfg.task == "retrieval_gate":  # contrastive pairs: each row's partner row (-1 = none)
+        pairs = ds["pair"] if "pair" in ds.column_names else [""] * len(ds)
+        ds = ds.add_column("partner", partner_rows(pairs), new_fingerprint=f"{fp}-partners")
     return ds
 
 
@@ -285,9 +286,10 @@ def get_dataloaders(accelerator, cfg: TrainConfig, splits: Splits, packer, token
     extra = extra_columns(aux_losses)
     missing = [c for c in extra if c not in encoded["train"].column_names]
     if missing:
-        raise ConfigError(f"an auxiliary loss needs the train column(s) {missing}, which this data lacks"
-                          + (": the pair ranking loss needs contrastive pairs (gate.split=domains reads pairs.jsonl) "
-                             "or gate.pair_loss_weight=0" if "partner" in missing else ""))
+        raise ConfigError(f"an auxiliary loss needs the train column(s) {missing}, which this data lacks")
+    if "partner" in extra and max(encoded["train"]["partner"], default=-1) < 0:
+        accelerator.print(f"warning: gate.pair_loss_weight={cfg.gate.pair_loss_weight} but no train thread has a pair partner, "
+                          "so the pair ranking loss adds nothing (gate.split=domains reads pairs.jsonl; or set gate.pair_loss_weight=0)")
     train_view = encoded["train"].select_columns(list(EVAL_COLUMNS) + extra)
     together = (encoded["train"]["pair"] if cfg.task == "retrieval_gate" and cfg.gate.pair_batches
                 and "pair" in encoded["train"].column_names else None)

@@ -197,7 +197,10 @@ def run_summary(cfg: TrainConfig, accelerator, tracker, state: TrainState, run_n
 def resolve_mixed_precision(setting: str, cpu=None) -> str | None:
     """The accelerate ``mixed_precision`` for ``setting``; ``auto`` picks bf16/fp16 on a GPU that has
     it, bf16 on a CPU with bf16 units (AMX or AVX512-BF16: ``suffice.serving.cpu``), else fp32,
-    unless ``accelerate launch --mixed_precision`` already chose (None: keep that choice).
+    unless ``accelerate launch --mixed_precision`` / ``accelerate config`` already chose bf16 or fp16
+    (None: keep that choice). Accelerate exports ``ACCELERATE_MIXED_PRECISION=no`` whenever it was not
+    told otherwise, so ``no`` there is its default, not a choice: ``auto`` still resolves. To train in
+    fp32 on purpose, set the config's own ``mixed_precision: "no"`` (``--mixed_precision=no``).
 
     >>> from suffice.serving.cpu import CpuInfo
     >>> resolve_mixed_precision("auto", CpuInfo.from_flags("x", {"avx2"}))  # doctest: +SKIP
@@ -205,8 +208,8 @@ def resolve_mixed_precision(setting: str, cpu=None) -> str | None:
     """
     if setting != "auto":
         return setting
-    if os.environ.get("ACCELERATE_MIXED_PRECISION"):
-        return None  # what `accelerate config` / `accelerate launch --mixed_precision` chose
+    if os.environ.get("ACCELERATE_MIXED_PRECISION", "no") != "no":
+        return None  # bf16 / fp16 chosen with `accelerate config` / `accelerate launch --mixed_precision`
     import torch
 
     if torch.cuda.is_available():
