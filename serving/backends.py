@@ -64,16 +64,19 @@ def _speed_order(cpu: CpuInfo) -> list[tuple[str, str]]:
     fp32 by 1.06-1.12x on the idle EPYC.
     """
     if cpu.isa_class == AMX and cpu.bf16:
-        return [(OPENVINO, "bf16"), (ONNXRUNTIME, "int8"), (OPENVINO, "fp32"), (ONNXRUNTIME, "fp32")]
+        return [(OPENVINO, "int8"), (OPENVINO, "bf16"), (ONNXRUNTIME, "int8"), (OPENVINO, "fp32"), (ONNXRUNTIME, "fp32")]
     if cpu.bf16:
-        return [(ONNXRUNTIME, "int8"), (OPENVINO, "bf16"), (OPENVINO, "fp32"), (ONNXRUNTIME, "fp32")]
-    if cpu.isa_class in (AMX, AVX512_VNNI, AVX2):
-        return [(ONNXRUNTIME, "int8"), (OPENVINO, "fp32"), (ONNXRUNTIME, "fp32")]
-    return [(ONNXRUNTIME, "int8"), (ONNXRUNTIME, "fp32"), (OPENVINO, "fp32")]
+        return [(OPENVINO, "int8"), (ONNXRUNTIME, "int8"), (OPENVINO, "bf16"), (OPENVINO, "fp32"), (ONNXRUNTIME, "fp32")]
+    if cpu.isa_class in (AMX, AVX512_VNNI):
+        return [(OPENVINO, "int8"), (ONNXRUNTIME, "int8"), (OPENVINO, "fp32"), (ONNXRUNTIME, "fp32")]
+    if cpu.isa_class == AVX2:
+        return [(ONNXRUNTIME, "int8"), (OPENVINO, "int8"), (OPENVINO, "fp32"), (ONNXRUNTIME, "fp32")]
+    return [(ONNXRUNTIME, "int8"), (ONNXRUNTIME, "fp32"), (OPENVINO, "int8"), (OPENVINO, "fp32")]
 
 
 def rank_variants(model_file: str, int8_model_file: str | None, cpu: CpuInfo, *, backend: str = "auto",
-                  precision: str = "auto", openvino: bool | None = None) -> list[Variant]:
+                  precision: str = "auto", openvino: bool | None = None,
+                  openvino_int8_model_file: str | None = None) -> list[Variant]:
     """The variants to try, fastest first: what the bundle holds, the CPU supports and the config allows.
 
     Raises :class:`BackendUnavailableError` when ``backend='openvino'`` is asked for but not installed,
@@ -86,15 +89,16 @@ def rank_variants(model_file: str, int8_model_file: str | None, cpu: CpuInfo, *,
     has_ov = openvino_available() if openvino is None else openvino
     if backend == OPENVINO and not has_ov:
         raise BackendUnavailableError(f"backend='openvino' but OpenVINO is not installed: {OPENVINO_INSTALL}, or use backend='auto'")
-    files = {"fp32": model_file, "bf16": model_file, "int8": int8_model_file}
+    files = {(ONNXRUNTIME, "fp32"): model_file, (ONNXRUNTIME, "int8"): int8_model_file, (OPENVINO, "fp32"): model_file,
+             (OPENVINO, "bf16"): model_file, (OPENVINO, "int8"): openvino_int8_model_file}
     out = []
     for be, prec in _speed_order(cpu):
         if (backend != "auto" and be != backend) or (precision != "auto" and prec != precision):
             continue
-        if be == OPENVINO and (not has_ov or prec == "int8"):
+        if be == OPENVINO and not has_ov:
             continue
-        if files[prec]:
-            out.append(Variant(be, prec, files[prec]))
+        if files[(be, prec)]:
+            out.append(Variant(be, prec, files[(be, prec)]))
     if not out:
         why = (f"the bundle has no int8 model (use precision='fp32' or 'auto', or re-export with quantisation)" if precision == "int8"
                else f"{cpu.describe()} has no bf16 units (AMX or AVX-512 BF16) or OpenVINO is missing ({OPENVINO_INSTALL})" if precision == "bf16"

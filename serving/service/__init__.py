@@ -62,13 +62,13 @@ def build_service(bundle: str, config: ServiceConfig):
     rt = config.runtime
     th = config.sufficient_context.thresholds
     scorer = SufficiencyScorer.load(resolve_bundle_uri(bundle), ScorerConfig(
-        precision=rt.precision, intra_op_threads=rt.intra_op_threads, verify_checksums=rt.verify_checksums,
+        precision=rt.precision, backend=rt.backend, intra_op_threads=rt.intra_op_threads, verify_checksums=rt.verify_checksums,
         thresholds={SUFFICIENT: th.sufficient, PARTIAL: th.partial},
     ))
     gate = None
     if config.retrieval_gate.bundle:
         gate = RetrievalGate.load(resolve_bundle_uri(config.retrieval_gate.bundle), RetrievalGateConfig(
-            skip_threshold=config.retrieval_gate.skip_threshold, precision=rt.precision,
+            skip_threshold=config.retrieval_gate.skip_threshold, precision=rt.precision, backend=rt.backend,
             intra_op_threads=rt.intra_op_threads, verify_checksums=rt.verify_checksums))
     return create_app(config, scorer, retrieval_gate=gate), scorer, gate
 

@@ -131,3 +131,47 @@ def write_probe(bundle: Path, packed: Sequence[Any], fp32_logits: np.ndarray, me
                                   max_mean_score_shift=pc.max_mean_score_shift, confident_margin=pc.confident_margin)
     probe.write(bundle / PROBE_FILE)
     return PROBE_FILE
+
+
+def nncf_missing() -> str | None:
+    """Why the OpenVINO int8 model cannot be made here (None when openvino and nncf are installed)."""
+    import importlib.util
+
+    missing = [m for m in ("openvino", "nncf") if importlib.util.find_spec(m) is None]
+    return (f"{' and '.join(missing)} not installed: pip install 'suffice[openvino]' to add the OpenVINO int8 model"
+            if missing else None)
+
+
+def quantise_openvino(src: Path, dst: Path, calibration: Sequence[dict[str, np.ndarray]], *, preset: str = "mixed",
+                      transformer: bool = True, fast_bias_correction: bool = True, subset_size: int = 300) -> str:
+    """OpenVINO int8 by NNCF post-training quantisation of the fp32 ONNX graph, calibrated on ``calibration``
+    (packed validation inputs, one item per feed); writes ``dst`` (IR ``.xml``) and its ``.bin`` weights.
+
+    ``preset='mixed'`` (symmetric weights, asymmetric activations) and ``model_type=TRANSFORMER``
+    (which keeps LayerNorm, Softmax and the attention-score MatMuls out of int8 and applies
+    SmoothQuant) kept this project's demo model within the parity rule; see
+    benchmarks/results/2026-11-28/int8_recipes.json for what the other options gave.
+    Raises :class:`ExportError` when nncf/openvino are missing (see :func:`nncf_missing`).
+    """
+    why = nncf_missing()
+    if why:
+        raise ExportError(f"cannot make the OpenVINO int8 model: {why}")
+    import logging as _logging
+
+    import nncf
+    import openvino as ov
+
+    _logging.getLogger("nncf").setLevel(_logging.WARNING)
+    model = ov.Core().read_model(str(src))
+    names = [i.get_any_name() for i in model.inputs]
+    n = min(subset_size, len(calibration))
+    if n < 1:
+        raise ExportError("cannot calibrate the OpenVINO int8 model without validation items: give --validation-data")
+    kw: dict[str, Any] = {"preset": getattr(nncf.QuantizationPreset, preset.upper()), "subset_size": n,
+                          "fast_bias_correction": fast_bias_correction}
+    if transformer:
+        kw["model_type"] = nncf.ModelType.TRANSFORMER
+    quantized = nncf.quantize(model, nncf.Dataset(list(calibration[:n]), lambda f: {k: f[k] for k in names}), **kw)
+    ov.save_model(quantized, str(dst), compress_to_fp16=False)
+    return (f"nncf {nncf.__version__} post-training int8 (preset {preset}, {'transformer' if transformer else 'default'} model type, "
+            f"{'fast ' if fast_bias_correction else ''}bias correction, {n} calibration items), openvino {ov.__version__}")
