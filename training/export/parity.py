@@ -81,7 +81,7 @@ def check_parity(merged: Path, bundle: Path, packed: Sequence[Any], pad_id: int,
             report.update(int8_agreement=agreement)
             if agreement < pc.min_agreement:
                 raise ParityError(f"int8 decisions agree with fp32 on {agreement:.2%} of {len(packed)} items (needs >= {pc.min_agreement:.0%}); "
-                                  f"largest logit difference {report['int8_max_abs_logit_diff']:.3g}: ship fp32 only with --no-quantize",
+                                  f"largest logit difference {report['int8_max_abs_logit_diff']:.3g}: leave ONNX Runtime int8 out with --no-quantize",
                                   check="int8_agreement", largest_difference=pc.min_agreement - agreement, tolerance=1 - pc.min_agreement)
     if openvino_int8:
         report["openvino_int8"] = openvino_int8_parity(bundle / openvino_int8, batches, fp32_all, labels, meta, pc)
@@ -108,7 +108,7 @@ def openvino_int8_parity(path: Path, batches: Sequence[dict[str, np.ndarray]], f
                                   tolerance=1 - pc.min_agreement)
         out.update({k.replace("int8_", "", 1) if k.startswith("int8_") else k: v for k, v in rep.items()}, passed=True)
     except ParityError as e:
-        out.update(passed=False, refused=f"{e.check}: {e}".replace("ship fp32 only with --no-quantize", "left out of the bundle"))
+        out.update(passed=False, refused=f"{e.check}: {e}".replace("leave ONNX Runtime int8 out with --no-quantize", "left out of the bundle"))
     return out
 
 
@@ -157,12 +157,12 @@ def int8_parity(fp32_logits: np.ndarray, int8_logits: np.ndarray, labels: Sequen
     if out["int8_confident_agreement"] < pc.min_confident_agreement:
         raise ParityError(f"int8 decisions agree with fp32 on {out['int8_confident_agreement']:.2%} of the {out['int8_confident_items']} items "
                           f"whose fp32 score is >= {pc.confident_margin:g} from every threshold (needs >= {pc.min_confident_agreement:.0%}): "
-                          "int8 changes clear decisions; ship fp32 only with --no-quantize",
+                          "int8 changes clear decisions; leave ONNX Runtime int8 out with --no-quantize",
                           check="int8_confident_agreement", largest_difference=pc.min_confident_agreement - out["int8_confident_agreement"],
                           tolerance=1 - pc.min_confident_agreement)
     if out["int8_mean_abs_score_change"] > pc.max_mean_score_shift:
         raise ParityError(f"int8 moves the calibrated score by {out['int8_mean_abs_score_change']:.4f} on average (allowed {pc.max_mean_score_shift:g}; "
-                          f"largest {out['int8_max_abs_score_change']:.3f}): ship fp32 only with --no-quantize",
+                          f"largest {out['int8_max_abs_score_change']:.3f}): leave ONNX Runtime int8 out with --no-quantize",
                           check="int8_score_shift", largest_difference=out["int8_mean_abs_score_change"], tolerance=pc.max_mean_score_shift)
     if labels and all(lab is not None for lab in labels):
         from suffice.training.evaluation.metrics import auroc
@@ -175,7 +175,7 @@ def int8_parity(fp32_logits: np.ndarray, int8_logits: np.ndarray, labels: Sequen
             out[f"{name}_fp32"], out[f"{name}_int8"] = v32, v8
             if enforce and np.isfinite(v32) and np.isfinite(v8) and v32 - v8 > pc.max_metric_drop:
                 raise ParityError(f"int8 {name} {v8:.4f} is {100 * (v32 - v8):.2f} points below fp32 {v32:.4f} (allowed {100 * pc.max_metric_drop:.2f}): "
-                                  "ship fp32 only with --no-quantize", check=f"int8_{name}", largest_difference=v32 - v8, tolerance=pc.max_metric_drop)
+                                  "leave ONNX Runtime int8 out with --no-quantize", check=f"int8_{name}", largest_difference=v32 - v8, tolerance=pc.max_metric_drop)
     return out
 
 
