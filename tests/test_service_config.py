@@ -42,8 +42,8 @@ def test_shipped_config_loads_with_documented_defaults():
     ("limits: {max_body: 10}", "limits.max_body"),
     ("upstream: {base_url: ftp://x}", "upstream"),
     ("runtime: {workers: 2.5}", "runtime.workers"),
-    ("runtime: {backend: tensorrt}", "runtime.backend"),
-    ("runtime: {precision: fp16}", "runtime.precision"),
+    ("runtime: {backend: tensorrt}", "runtime: backend='tensorrt': choose one of auto, onnxruntime, openvino"),
+    ("runtime: {precision: fp16}", "runtime: precision='fp16'"),
     ("retriever: {options: [1, 2]}", "retriever.options"),
     ("servr: {port: 1}", "servr"),
 ])

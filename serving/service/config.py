@@ -80,9 +80,9 @@ class RuntimeSection:
         if not 0 <= self.intra_op_threads <= 256:
             raise ServiceConfigError(f"intra_op_threads={self.intra_op_threads!r} must be in [0, 256] (0 = onnxruntime default)")
         if self.precision not in PRECISIONS:
-            raise ServiceConfigError(f"runtime.precision={self.precision!r}: choose one of {', '.join(PRECISIONS)}")
+            raise ServiceConfigError(f"precision={self.precision!r}: choose one of {', '.join(PRECISIONS)}")
         if self.backend not in BACKENDS:
-            raise ServiceConfigError(f"runtime.backend={self.backend!r}: choose one of {', '.join(BACKENDS)}")
+            raise ServiceConfigError(f"backend={self.backend!r}: choose one of {', '.join(BACKENDS)}")
 
 
 @dataclass(frozen=True)
