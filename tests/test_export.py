@@ -69,6 +69,20 @@ def test_openvino_int8_is_made_checked_by_the_int8_rule_and_loaded(exported):
     np.testing.assert_allclose([r.score for r in s.score_batch([q for q, _ in pairs], [p for _, p in pairs])], want, atol=2e-2)
 
 
+def test_refused_openvino_int8_is_left_out_with_the_reason(exported, tmp_path, monkeypatch):
+    pytest.importorskip("nncf", reason="the OpenVINO int8 model needs nncf: pip install 'suffice[openvino]'")
+    from suffice.serving.bundle import read_manifest
+    from suffice.training.export import export_bundle, parity
+
+    model_dir, _ = exported
+    monkeypatch.setattr(parity, "openvino_int8_parity", lambda *a, **k: {"passed": False, "refused": "int8_score_shift: moved by 0.02"})
+    b = export_bundle(model_dir, tmp_path / "b", validation_items(10))
+    m = read_manifest(b)
+    assert m.openvino_int8_model_file is None and not (b / "model.int8.xml").exists() and not (b / "model.int8.bin").exists()
+    assert m.parity["openvino_int8"]["refused"] == "int8_score_shift: moved by 0.02" and "nncf" in m.parity["openvino_int8"]["quantization"]
+    assert "model.int8.bin" not in m.files and m.int8_model_file == "model.int8.onnx"
+
+
 def test_export_without_nncf_ships_the_rest_and_says_why(exported, tmp_path, monkeypatch):
     from suffice.training.export import ExportError, export_bundle, steps
 
