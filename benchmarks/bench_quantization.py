@@ -53,6 +53,8 @@ RECIPES: dict[str, tuple[str, dict[str, Any]]] = {
     "ov-nncf mixed, default model type": ("ov-nncf", {**FAST, "transformer": False}),
     "ov-nncf mixed transformer, pooler+classifier float, full bias correction (export default)": (
         "ov-nncf", {"ignore": HEAD, "fast_bias_correction": False}),
+    "ov-nncf performance transformer, pooler+classifier float, full bias correction": (
+        "ov-nncf", {"preset": "performance", "ignore": HEAD, "fast_bias_correction": False}),
     "ov-nncf mixed transformer, pooler+classifier+FFN output float": ("ov-nncf", {**FAST, "ignore": HEAD + (FFN_OUT_OV,)}),
     "ov-nncf mixed transformer, pooler+classifier+first layer float": ("ov-nncf", {**FAST, "ignore": HEAD + (r".*layer\.0/.*",)}),
 }
