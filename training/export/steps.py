@@ -1,4 +1,4 @@
-"""The export steps, one public function each: read_model -> merge -> to_onnx -> optimise -> quantise -> write_probe.
+"""The export steps, one public function each: read_model -> merge -> to_onnx -> optimise -> quantise -> quantise_openvino -> write_probe.
 
 (:mod:`.parity` checks the result, :mod:`.manifest` describes it; :func:`.bundle.export_bundle` runs them in order.)
 """
