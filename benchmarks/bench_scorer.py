@@ -1,13 +1,14 @@
 """Latency and throughput of the scorer: every backend and precision this machine runs, side by side.
 
-ONNX Runtime int8 and fp32, OpenVINO fp32 and bf16 (where ``openvino`` is installed; bf16 only on
-CPUs with AMX or AVX-512 BF16), PyTorch eager fp32 and the lexical heuristic, in one run (timings on
+ONNX Runtime int8 and fp32, OpenVINO int8 (the bundle's NNCF model), fp32 and bf16 (where ``openvino``
+is installed; bf16 only on CPUs with AMX or AVX-512 BF16), PyTorch eager fp32 and the lexical heuristic, in one run (timings on
 a shared machine are noisy; compare within a run): p50/p95/p99 latency and throughput at
 128/256/512 tokens and batch 1/8/32, each variant's p50 ratio to PyTorch eager and to ONNX Runtime
 fp32, the CPU model and ISA class (``suffice.serving.cpu``) and the variant ``backend="auto"``
 picks on it, a mixed-length batch (padded to the longest vs sorted by length), the end-to-end
 ``scorer.score`` latency (packing included), model file sizes and the resident memory of a fresh
-process holding one scorer. Writes JSON to ``--out``.
+process holding one scorer, and (``--gate-bundle``) ``RetrievalGate.decide`` at 128 tokens with each
+variant of the gate bundle. Writes JSON to ``--out``.
 
     python benchmarks/bench_scorer.py --bundle /tmp/minilm-bundle --model-dir /tmp/minilm-model --out bench.json
 """
@@ -96,11 +97,39 @@ def mixed_length_batch(model, budget_s: float, n: int = 32, seed: int = 0) -> di
     return out
 
 
-def rss_of_scorer(bundle: str, threads: int, precision: str) -> dict:
+def bundle_variants(bundle: Path, cpu, openvino: bool) -> list[tuple[str, str, str]]:
+    """(name, backend, precision) of every variant the bundle holds that this machine can run."""
+    m = json.loads((bundle / "suffice.json").read_text())
+    out = [("onnx_int8", "onnxruntime", "int8")] if m.get("int8_model_file") else []
+    out.append(("onnx_fp32", "onnxruntime", "fp32"))
+    if openvino:
+        out += [("openvino_int8", "openvino", "int8")] if m.get("openvino_int8_model_file") else []
+        out += [("openvino_fp32", "openvino", "fp32")] + ([("openvino_bf16", "openvino", "bf16")] if cpu.bf16 else [])
+    return out
+
+
+def gate_latency_128(bundle: str, variants: list[tuple[str, str, str]], threads: int, budget_s: float) -> dict:
+    """p50/p95 of ``RetrievalGate.decide`` on a thread whose packed input fills a 128-token window, per variant."""
+    from suffice.serving.gates.retrieval import RetrievalGate, RetrievalGateConfig
+
+    turn = "We compared the prices of apples, pears and plums at the three markets last week and wrote them down. "
+    thread = [{"role": "user", "content": "What do apples cost at the market? " + turn * 2},
+              {"role": "assistant", "content": "Apples cost 2.10 a kilo at the north market. " + turn * 3},
+              {"role": "user", "content": "Can you put those prices in a table for me, sorted by price?"}]
+    out = {}
+    for name, backend, prec in variants:
+        gate = RetrievalGate.load(bundle, RetrievalGateConfig(backend=backend, precision=prec, intra_op_threads=threads, max_tokens=128))
+        tokens = len(gate._packer.pack(*gate.build_input(thread)).input_ids)
+        out[name] = {**stats(timed(lambda: gate.decide(thread), 10, 400, budget_s), 1), "tokens": tokens, "variant": gate.variant}
+        print(json.dumps({"gate_decide_128": {name: out[name]}}), flush=True)
+    return out
+
+
+def rss_of_scorer(bundle: str, threads: int, precision: str, backend: str = "onnxruntime") -> dict:
     code = f"""
 import json, resource
 from suffice.serving import SufficiencyScorer, ScorerConfig
-s = SufficiencyScorer.load({bundle!r}, ScorerConfig(precision={precision!r}, backend="onnxruntime", intra_op_threads={threads}))
+s = SufficiencyScorer.load({bundle!r}, ScorerConfig(precision={precision!r}, backend={backend!r}, intra_op_threads={threads}))
 for _ in range(5): s.score("When did Chopin leave Warsaw?", ["Chopin left Warsaw in 1830. " * 30])
 rss = [l for l in open("/proc/self/status") if l.startswith(("VmRSS", "VmHWM"))]
 print(json.dumps({{l.split(":")[0]: int(l.split()[1]) / 1024 for l in rss}}))
@@ -160,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-memory", action="store_true", help="skip the resident-memory subprocesses")
     ap.add_argument("--no-mixed", action="store_true", help="skip the mixed-length batch cell")
     ap.add_argument("--no-openvino", action="store_true", help="skip the OpenVINO variants even where openvino is installed")
+    ap.add_argument("--gate-bundle", help="a retrieval-gate bundle: time decide() at 128 tokens with each of its variants")
     args = ap.parse_args(argv)
 
     import onnxruntime as ort
@@ -172,13 +202,10 @@ def main(argv: list[str] | None = None) -> int:
 
     cpu = detect()
     bundle = Path(args.bundle)
-    has_int8 = bool(json.loads((bundle / "suffice.json").read_text()).get("int8_model_file"))
     runners, loaded = {}, {}
     # an fp32-only bundle (int8 parity refused) has no int8 model; OpenVINO bf16 only where the CPU has bf16 units
-    variants = [("onnx_int8", "onnxruntime", "int8")] if has_int8 else []
-    variants.append(("onnx_fp32", "onnxruntime", "fp32"))
-    if openvino_available() and not args.no_openvino:
-        variants += [("openvino_fp32", "openvino", "fp32")] + ([("openvino_bf16", "openvino", "bf16")] if cpu.bf16 else [])
+    with_ov = openvino_available() and not args.no_openvino
+    variants = bundle_variants(bundle, cpu, with_ov)
     for name, backend, prec in variants:
         s = SufficiencyScorer.load(bundle, ScorerConfig(backend=backend, precision=prec, intra_op_threads=args.threads))
         if s.variant != f"{backend}-{prec}":  # the parity probe refused it: say so, time what serving would run
@@ -237,7 +264,12 @@ def main(argv: list[str] | None = None) -> int:
                "He settled in Paris, where he taught piano and composed. ") * 12
     results["end_to_end_score_256_window"] = stats(timed(lambda: scorer.score("When did Chopin leave Warsaw?", [passage]), 10, 300, args.budget_s), 1)
     results["file_sizes_mb"] = {f.name: round(f.stat().st_size / 1e6, 2) for f in bundle.iterdir()}
-    results["memory"] = {prec: rss_of_scorer(str(bundle), args.threads, prec) for prec in (("int8", "fp32") if has_int8 else ("fp32",))}
+    if args.gate_bundle:
+        results["gate_decide_128"] = gate_latency_128(args.gate_bundle, bundle_variants(Path(args.gate_bundle), cpu, with_ov),
+                                                      args.threads, args.budget_s)
+    # ONNX Runtime's variants keep their short names ("int8", "fp32": what benchmarks/run.py and report.py read)
+    results["memory"] = {} if args.no_memory else {(prec if be == "onnxruntime" else name): rss_of_scorer(str(bundle), args.threads, prec, be)
+                                                   for name, be, prec in variants if be == "onnxruntime" or prec == "int8"}
     if args.no_memory:
         results.pop("memory")
     if "torch_eager_fp32" in runners and not args.no_memory:
@@ -248,7 +280,8 @@ def main(argv: list[str] | None = None) -> int:
     results["manifest_parity"] = json.loads((bundle / "suffice.json").read_text()).get("parity")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=2))
-    print(json.dumps({k: results.get(k) for k in ("auto_variant", "end_to_end_score_256_window", "file_sizes_mb", "memory")}, indent=1))
+    print(json.dumps({k: results.get(k) for k in ("auto_variant", "end_to_end_score_256_window", "file_sizes_mb", "memory",
+                                                   "gate_decide_128")}, indent=1))
     return 0
 
 

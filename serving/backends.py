@@ -1,15 +1,16 @@
 """Which model variant runs, and the inference engines that run it: ONNX Runtime everywhere, OpenVINO where it is faster.
 
-A bundle holds ``model.onnx`` (fp32) and usually ``model.int8.onnx`` (dynamic int8). OpenVINO (the
-optional extra ``suffice[openvino]``) reads the same ``model.onnx`` and can run it in bf16 on CPUs
-with AMX or AVX-512 BF16. :func:`rank_variants` orders what the bundle holds and the CPU supports,
+A bundle holds ``model.onnx`` (fp32), ``model.int8.onnx`` (ONNX Runtime dynamic int8) and
+``model.int8.xml`` (OpenVINO int8, NNCF) when export's int8 rule accepted them. OpenVINO (the
+optional extra ``suffice[openvino]``) runs the int8 IR and reads the same ``model.onnx`` to run it
+in fp32, or in bf16 on CPUs with AMX or AVX-512 BF16. :func:`rank_variants` orders what the bundle holds and the CPU supports,
 fastest first, from the CPU's ISA class (``suffice.serving.cpu``), not from a timing race at
 start-up; the runtime takes the first variant that reproduces the bundle's parity probe.
 
 >>> from suffice.serving.cpu import CpuInfo
 >>> amx = CpuInfo.from_flags("Xeon", {"avx2", "avx512_vnni", "amx_tile", "amx_bf16", "amx_int8"})
->>> [v.name for v in rank_variants("model.onnx", "model.int8.onnx", amx, openvino=True)]
-['openvino-bf16', 'onnxruntime-int8', 'openvino-fp32', 'onnxruntime-fp32']
+>>> [v.name for v in rank_variants("model.onnx", "model.int8.onnx", amx, openvino=True, openvino_int8_model_file="model.int8.xml")]
+['openvino-int8', 'openvino-bf16', 'onnxruntime-int8', 'openvino-fp32', 'onnxruntime-fp32']
 """
 
 from __future__ import annotations
@@ -54,26 +55,33 @@ def openvino_available() -> bool:
 def _speed_order(cpu: CpuInfo) -> list[tuple[str, str]]:
     """(backend, precision) fastest first for a CPU.
 
-    With AMX, OpenVINO bf16 comes first: on a Sapphire Rapids Xeon (the issue's table) 9.4 ms vs 13.7
-    for ONNX Runtime int8 at 256 tokens. With AVX-512 BF16 but no AMX (Zen 4, this project's AMD EPYC)
-    ONNX Runtime int8 stays first and OpenVINO bf16 is next, ahead of both fp32 engines: measured on
-    the idle EPYC (2 threads, batch 1, p50; benchmarks/results/2026-11-28/bench_scorer_idle.json)
-    int8 8.4 / 18.7 / 43.5 ms vs bf16 10.4 / 20.0 / 44.0 ms at 128 / 256 / 512 tokens, fp32 ORT
-    18.8 / 38.8 / 79.0 (a bundle whose int8 was refused at export runs bf16 there). Otherwise ONNX
-    Runtime int8 (VNNI, or reduce_range weights on AVX2), then OpenVINO fp32, which beat ONNX Runtime
-    fp32 by 1.06-1.12x on the idle EPYC.
+    OpenVINO int8 (the bundle's NNCF model, where export made one that passed the int8 rule) comes
+    first on CPUs with int8 dot products: on the idle-ish AMD EPYC (AVX-512 VNNI + BF16, no AMX; 2
+    threads, batch 1, 256 tokens, one run of benchmarks/bench_quantization.py,
+    benchmarks/results/2026-11-28/int8_recipes.json) 13.6 ms against 16.6 for ONNX Runtime int8 and
+    35.7 for ONNX Runtime fp32. On AMX it is ranked first unmeasured (AMX has int8 tiles; the issue's
+    Sapphire Rapids table had OpenVINO bf16 at 9.4 ms vs ONNX Runtime int8 13.7), OpenVINO bf16 next.
+    With AVX-512 BF16 but no AMX (Zen 4, this project's AMD EPYC) ONNX Runtime int8 is next and
+    OpenVINO bf16 after it, ahead of both fp32 engines: measured on the idle EPYC
+    (bench_scorer_idle.json) int8 8.4 / 18.7 / 43.5 ms vs bf16 10.4 / 20.0 / 44.0 ms at 128 / 256 / 512
+    tokens, fp32 ORT 18.8 / 38.8 / 79.0. On AVX2 (no VNNI; unmeasured for OpenVINO int8) ONNX Runtime
+    int8 with reduce_range weights stays first. OpenVINO fp32 beat ONNX Runtime fp32 by 1.06-1.12x on
+    the idle EPYC. Every variant must still reproduce the bundle's parity probe on the serving CPU.
     """
     if cpu.isa_class == AMX and cpu.bf16:
-        return [(OPENVINO, "bf16"), (ONNXRUNTIME, "int8"), (OPENVINO, "fp32"), (ONNXRUNTIME, "fp32")]
+        return [(OPENVINO, "int8"), (OPENVINO, "bf16"), (ONNXRUNTIME, "int8"), (OPENVINO, "fp32"), (ONNXRUNTIME, "fp32")]
     if cpu.bf16:
-        return [(ONNXRUNTIME, "int8"), (OPENVINO, "bf16"), (OPENVINO, "fp32"), (ONNXRUNTIME, "fp32")]
-    if cpu.isa_class in (AMX, AVX512_VNNI, AVX2):
-        return [(ONNXRUNTIME, "int8"), (OPENVINO, "fp32"), (ONNXRUNTIME, "fp32")]
-    return [(ONNXRUNTIME, "int8"), (ONNXRUNTIME, "fp32"), (OPENVINO, "fp32")]
+        return [(OPENVINO, "int8"), (ONNXRUNTIME, "int8"), (OPENVINO, "bf16"), (OPENVINO, "fp32"), (ONNXRUNTIME, "fp32")]
+    if cpu.isa_class in (AMX, AVX512_VNNI):
+        return [(OPENVINO, "int8"), (ONNXRUNTIME, "int8"), (OPENVINO, "fp32"), (ONNXRUNTIME, "fp32")]
+    if cpu.isa_class == AVX2:
+        return [(ONNXRUNTIME, "int8"), (OPENVINO, "int8"), (OPENVINO, "fp32"), (ONNXRUNTIME, "fp32")]
+    return [(ONNXRUNTIME, "int8"), (ONNXRUNTIME, "fp32"), (OPENVINO, "int8"), (OPENVINO, "fp32")]
 
 
 def rank_variants(model_file: str, int8_model_file: str | None, cpu: CpuInfo, *, backend: str = "auto",
-                  precision: str = "auto", openvino: bool | None = None) -> list[Variant]:
+                  precision: str = "auto", openvino: bool | None = None,
+                  openvino_int8_model_file: str | None = None) -> list[Variant]:
     """The variants to try, fastest first: what the bundle holds, the CPU supports and the config allows.
 
     Raises :class:`BackendUnavailableError` when ``backend='openvino'`` is asked for but not installed,
@@ -86,15 +94,16 @@ def rank_variants(model_file: str, int8_model_file: str | None, cpu: CpuInfo, *,
     has_ov = openvino_available() if openvino is None else openvino
     if backend == OPENVINO and not has_ov:
         raise BackendUnavailableError(f"backend='openvino' but OpenVINO is not installed: {OPENVINO_INSTALL}, or use backend='auto'")
-    files = {"fp32": model_file, "bf16": model_file, "int8": int8_model_file}
+    files = {(ONNXRUNTIME, "fp32"): model_file, (ONNXRUNTIME, "int8"): int8_model_file, (OPENVINO, "fp32"): model_file,
+             (OPENVINO, "bf16"): model_file, (OPENVINO, "int8"): openvino_int8_model_file}
     out = []
     for be, prec in _speed_order(cpu):
         if (backend != "auto" and be != backend) or (precision != "auto" and prec != precision):
             continue
-        if be == OPENVINO and (not has_ov or prec == "int8"):
+        if be == OPENVINO and not has_ov:
             continue
-        if files[prec]:
-            out.append(Variant(be, prec, files[prec]))
+        if files[(be, prec)]:
+            out.append(Variant(be, prec, files[(be, prec)]))
     if not out:
         why = (f"the bundle has no int8 model (use precision='fp32' or 'auto', or re-export with quantisation)" if precision == "int8"
                else f"{cpu.describe()} has no bf16 units (AMX or AVX-512 BF16) or OpenVINO is missing ({OPENVINO_INSTALL})" if precision == "bf16"

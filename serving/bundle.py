@@ -1,6 +1,7 @@
 """The exported bundle: a self-describing folder that serving reads and nothing else.
 
-A bundle is ``model.onnx`` (fp32), optionally ``model.int8.onnx`` (dynamic int8), the
+A bundle is ``model.onnx`` (fp32), optionally ``model.int8.onnx`` (ONNX Runtime int8) and
+``model.int8.xml`` + ``model.int8.bin`` (OpenVINO int8, NNCF post-training quantisation), the
 ``tokenizer.json`` the model was trained with, and ``suffice.json``: the manifest below. The
 manifest names the labels, the window and long-context strategy, the calibration temperature,
 the decision thresholds, the base model, the MLflow run/version, and the sha256 of every other
@@ -27,6 +28,7 @@ SCHEMA_VERSION = 1
 MANIFEST_NAME = "suffice.json"
 MODEL_FP32 = "model.onnx"
 MODEL_INT8 = "model.int8.onnx"
+MODEL_OV_INT8 = "model.int8.xml"  # OpenVINO IR; its weights are the sibling ``model.int8.bin``
 TOKENIZER = "tokenizer.json"
 TASKS = ("sufficiency", "retrieval_gate")
 # The three sufficiency levels, most to least sufficient: the one place that names them.
@@ -87,7 +89,8 @@ class BundleManifest:
     temperature: calibration temperature; score = softmax(logits / temperature)[positive].
     thresholds: decision thresholds (sufficiency: ``sufficient``/``partial``; gate: ``skip``).
     files: file name -> sha256 for every file of the bundle except this manifest.
-    model_file / int8_model_file: the fp32 ONNX graph and the optional int8 one.
+    model_file / int8_model_file: the fp32 ONNX graph and the optional ONNX Runtime int8 one.
+    openvino_int8_model_file: the optional OpenVINO int8 IR (``.xml``; its ``.bin`` weights next to it).
     probe_file: the parity probe (packed validation inputs + fp32 scores) every variant is checked
         against at load; None in bundles exported before it existed.
     """
@@ -106,6 +109,7 @@ class BundleManifest:
     model_file: str = MODEL_FP32
     int8_model_file: str | None = None
     tokenizer_file: str = TOKENIZER
+    openvino_int8_model_file: str | None = None
     probe_file: str | None = None
     mlflow_run_id: str | None = None
     registered_model: str | None = None
@@ -143,7 +147,9 @@ class BundleManifest:
             t = {**DEFAULT_THRESHOLDS["sufficiency"], **self.thresholds}
             if t[PARTIAL] > t[SUFFICIENT]:
                 raise ManifestError(f"thresholds partial={t[PARTIAL]} > sufficient={t[SUFFICIENT]}: partial must be the lower one")
-        for name in (self.model_file, self.tokenizer_file) + tuple(f for f in (self.int8_model_file, self.probe_file) if f):
+        ov = self.openvino_int8_model_file
+        ov_files = (ov, str(Path(ov).with_suffix(".bin"))) if ov else ()
+        for name in (self.model_file, self.tokenizer_file) + tuple(f for f in (self.int8_model_file, self.probe_file) if f) + ov_files:
             if name not in self.files:
                 raise ManifestError(f"manifest lists no sha256 for {name!r}: every bundle file needs a checksum in 'files'")
 

@@ -20,8 +20,8 @@ columns are present a row with no passages falls back to its context. Output: a 
 ``latency_ms`` per row, index kept.
 
 ``model_config`` (``mlflow.pyfunc.load_model(uri, model_config={...})``, also accepted by
-``spark_udf`` and ``mlflow models serve``) sets ``precision`` (auto / int8 / fp32),
-``intra_op_threads`` and ``batch_size`` of the scorer.
+``spark_udf`` and ``mlflow models serve``) sets ``backend`` (auto / onnxruntime / openvino),
+``precision`` (auto / int8 / fp32 / bf16), ``intra_op_threads`` and ``batch_size`` of the scorer.
 """
 
 from __future__ import annotations
@@ -33,14 +33,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Sequence
 
+from suffice.serving.backends import BACKENDS, PRECISIONS
 from suffice.serving.bundle import MANIFEST_NAME, BundleNotFoundError
 from suffice.serving.scorer import ScorerConfig, SufficiencyScorer
 
 INPUT_COLUMNS = ("question", "passages", "context")
 OUTPUT_COLUMNS = ("score", "level", "latency_ms")
-MODEL_CONFIG_KEYS = ("precision", "intra_op_threads", "batch_size")
+MODEL_CONFIG_KEYS = ("backend", "precision", "intra_op_threads", "batch_size")
 # Logged with the model (MLflow passes overrides only to models logged with a model_config).
-DEFAULT_MODEL_CONFIG = {"precision": "auto", "intra_op_threads": 0, "batch_size": 32}
+DEFAULT_MODEL_CONFIG = {"backend": "auto", "precision": "auto", "intra_op_threads": 0, "batch_size": 32}
 # What `mlflow models serve` and the registry UI show as the input example.
 INPUT_EXAMPLE = [
     {"question": "Where is the Eiffel Tower?",
@@ -134,8 +135,9 @@ def scorer_config_from(model_config: Mapping[str, Any] | None) -> ScorerConfig:
     unknown = sorted(set(cfg) - set(MODEL_CONFIG_KEYS))
     if unknown:
         raise ValueError(f"unknown model_config key(s) {unknown}: the suffice pyfunc model accepts {list(MODEL_CONFIG_KEYS)}")
-    if "precision" in cfg and cfg["precision"] not in ("auto", "int8", "fp32"):
-        raise ValueError(f"model_config precision={cfg['precision']!r}: choose auto, int8 or fp32")
+    for key, choices in (("backend", BACKENDS), ("precision", PRECISIONS)):
+        if key in cfg and cfg[key] not in choices:
+            raise ValueError(f"model_config {key}={cfg[key]!r}: choose one of {', '.join(choices)}")
     for key in ("intra_op_threads", "batch_size"):
         if key in cfg:
             try:

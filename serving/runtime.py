@@ -1,7 +1,7 @@
 """One classifier over a bundle: the piece the scorer, the retrieval gate and ``suffice score`` share.
 
 It picks the model variant (``suffice.serving.backends``: ONNX Runtime int8/fp32, OpenVINO
-fp32/bf16), checks it against the bundle's parity probe, owns its engine (inputs built from the
+int8/fp32/bf16), checks it against the bundle's parity probe, owns its engine (inputs built from the
 model's input names, int64 ids, all logit columns kept next to ``id2label``), the bundle's tokenizer and the
 :class:`~suffice.serving.packing.ContextPacker` with the manifest's window and strategy.
 Both engines are thread-safe as used here and the tokenizer is only read after construction,
@@ -105,11 +105,12 @@ class OnnxClassifier:
             verify_bundle(self.path, manifest)
         self.manifest: BundleManifest = manifest
         self.cpu = self.config.cpu or detect()
-        if self.config.precision == "int8" and not manifest.int8_model_file:
+        if self.config.precision == "int8" and not (manifest.int8_model_file or manifest.openvino_int8_model_file):
             raise BundleError(f"bundle {self.path} has no int8 model: use precision='fp32' or 'auto', or re-export with quantisation")
         has_openvino = openvino_available()
         candidates = rank_variants(manifest.model_file, manifest.int8_model_file, self.cpu, backend=self.config.backend,
-                                   precision=self.config.precision, openvino=has_openvino)
+                                   precision=self.config.precision, openvino=has_openvino,
+                                   openvino_int8_model_file=manifest.openvino_int8_model_file)
         self.notes: list[str] = []
         if self.config.backend == "auto" and not has_openvino and self.cpu.bf16:
             self.notes.append(f"OpenVINO is not installed: its bf16 variant is skipped on this {self.cpu.isa_class} CPU with bf16 units "

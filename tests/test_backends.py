@@ -37,6 +37,25 @@ def test_auto_ranks_the_variants_by_isa_class(flags, openvino, want):
     assert [v.name for v in rank_variants("model.onnx", "model.int8.onnx", cpu(flags), openvino=openvino)] == want
 
 
+@pytest.mark.parametrize("flags, want", [
+    (AMX, ["openvino-int8", "openvino-bf16", "onnxruntime-int8", "openvino-fp32", "onnxruntime-fp32"]),
+    (VNNI_BF16, ["openvino-int8", "onnxruntime-int8", "openvino-bf16", "openvino-fp32", "onnxruntime-fp32"]),
+    (VNNI, ["openvino-int8", "onnxruntime-int8", "openvino-fp32", "onnxruntime-fp32"]),
+    (AVX2, ["onnxruntime-int8", "openvino-int8", "openvino-fp32", "onnxruntime-fp32"]),
+])
+def test_openvino_int8_ranks_by_isa_class(flags, want):
+    from suffice.serving.backends import rank_variants
+
+    ranked = rank_variants("model.onnx", "model.int8.onnx", cpu(flags), openvino=True, openvino_int8_model_file="model.int8.xml")
+    assert [v.name for v in ranked] == want
+    assert next(v.model_file for v in ranked if v.name == "openvino-int8") == "model.int8.xml"
+    # without OpenVINO installed, or asked for ONNX Runtime, the bundle's OpenVINO int8 is not a candidate
+    assert "openvino-int8" not in [v.name for v in rank_variants("model.onnx", "model.int8.onnx", cpu(flags), openvino=False,
+                                                                   openvino_int8_model_file="model.int8.xml")]
+    only = rank_variants("model.onnx", None, cpu(flags), openvino=True, precision="int8", openvino_int8_model_file="model.int8.xml")
+    assert [v.name for v in only] == ["openvino-int8"]
+
+
 def test_filters_and_bundles_without_int8():
     from suffice.serving.backends import rank_variants
 
@@ -97,8 +116,13 @@ def test_amx_without_openvino_falls_back_to_int8_with_a_message(bundles, monkeyp
 @pytest.mark.parametrize("flags", [VNNI, AVX2])
 def test_vnni_and_avx2_pick_int8(bundles, flags):
     from suffice.serving import ScorerConfig, SufficiencyScorer
+    from suffice.serving.backends import openvino_available
+    from suffice.serving.bundle import read_manifest
 
-    assert SufficiencyScorer.load(bundles[0], ScorerConfig(cpu=cpu(flags))).variant == "onnxruntime-int8"
+    ov_int8 = openvino_available() and read_manifest(bundles[0]).openvino_int8_model_file
+    want = "openvino-int8" if ov_int8 and flags is VNNI else "onnxruntime-int8"
+    assert SufficiencyScorer.load(bundles[0], ScorerConfig(cpu=cpu(flags))).variant == want
+    assert SufficiencyScorer.load(bundles[0], ScorerConfig(cpu=cpu(flags), backend="onnxruntime")).variant == "onnxruntime-int8"
 
 
 def test_retrieval_gate_uses_the_same_selection(bundles, monkeypatch):
@@ -125,6 +149,12 @@ def test_batch_scoring_sorts_by_length_and_keeps_order(bundles):
     assert len(calls) > 1 and all(b * L <= 200 or b == 1 for b, L in calls)
 
 
+def _has_ov_int8(bundle) -> bool:
+    from suffice.serving.bundle import read_manifest
+
+    return bool(read_manifest(bundle).openvino_int8_model_file)
+
+
 @pytest.fixture
 def openvino():
     return pytest.importorskip("openvino", reason="OpenVINO is optional: pip install 'suffice[openvino]'")
@@ -145,9 +175,11 @@ def test_openvino_bf16_on_a_bf16_cpu_is_probe_checked(bundles, openvino):
 
     s = SufficiencyScorer.load(bundles[0], ScorerConfig(backend="openvino", cpu=cpu(AMX)))
     d = s.describe()
-    # bf16 runs when it reproduces the probe; otherwise it is skipped with the numbers and fp32 runs
-    assert (s.variant == "openvino-bf16" and d["probe"]["ok"]) or (
-        s.variant == "openvino-fp32" and d["rejected_variants"][0]["variant"] == "openvino-bf16")
+    # a variant runs when it reproduces the probe; otherwise it is skipped with the numbers and the next one runs
+    tried = [r["variant"] for r in d["rejected_variants"]] + [s.variant]
+    order = [v for v in ("openvino-int8", "openvino-bf16", "openvino-fp32") if v != "openvino-int8" or _has_ov_int8(bundles[0])]
+    assert tried == order[: len(tried)] and d["probe"]["ok"]
+    assert all("parity probe" in r["reason"] for r in d["rejected_variants"])
     assert s.score("Where is the Eiffel Tower?", ["The Eiffel Tower is in Paris."]).level
 
 

@@ -26,8 +26,9 @@ def test_bundle_is_self_describing(exported):
     from suffice.serving.bundle import read_manifest, sha256_file
 
     model_dir, bundle = exported
-    assert sorted(p.name for p in bundle.iterdir()) == ["model.int8.onnx", "model.onnx", "probe.npz", "suffice.json", "tokenizer.json"]
     m = read_manifest(bundle)
+    ov = ["model.int8.bin", "model.int8.xml"] if m.openvino_int8_model_file else []  # only where nncf is installed
+    assert sorted(p.name for p in bundle.iterdir()) == sorted(ov + ["model.int8.onnx", "model.onnx", "probe.npz", "suffice.json", "tokenizer.json"])
     assert m.task == "sufficiency" and m.id2label == {0: "insufficient", 1: "sufficient"} and m.probe_file == "probe.npz"
     assert m.temperature == 1.5 and m.max_length == 128 and m.long_context_strategy == "select"
     assert m.thresholds == {"sufficient": 0.8, "partial": 0.5}
@@ -48,6 +49,52 @@ def test_round_trip_matches_training_side_model(exported):
     np.testing.assert_allclose([r.score for r in fp32], want, atol=1e-5)
     int8 = SufficiencyScorer.load(bundle).score_batch([q for q, _ in pairs], [p for _, p in pairs])
     np.testing.assert_allclose([r.score for r in int8], want, atol=2e-2)
+
+
+def test_openvino_int8_is_made_checked_by_the_int8_rule_and_loaded(exported):
+    pytest.importorskip("nncf", reason="the OpenVINO int8 model needs nncf: pip install 'suffice[openvino]'")
+    from suffice.serving import ScorerConfig, SufficiencyScorer
+    from suffice.serving.bundle import read_manifest
+
+    model_dir, bundle = exported
+    m = read_manifest(bundle)
+    ov = m.parity["openvino_int8"]
+    assert ov["passed"] and ov["mean_abs_score_change"] <= 0.01 and ov["confident_agreement"] >= 0.99, ov
+    assert "nncf" in ov["quantization"] and "preset mixed" in ov["quantization"] and ov["items"] == 40
+    assert m.openvino_int8_model_file == "model.int8.xml" and {"model.int8.xml", "model.int8.bin"} <= set(m.files)
+    pairs = [(q, p) for q, p, _ in ITEMS]
+    s = SufficiencyScorer.load(bundle, ScorerConfig(backend="openvino", precision="int8"))
+    assert s.variant == "openvino-int8" and s.describe()["probe"]["ok"]
+    want = torch_scores(model_dir, pairs, temperature=1.5)
+    np.testing.assert_allclose([r.score for r in s.score_batch([q for q, _ in pairs], [p for _, p in pairs])], want, atol=2e-2)
+
+
+def test_refused_openvino_int8_is_left_out_with_the_reason(exported, tmp_path, monkeypatch):
+    pytest.importorskip("nncf", reason="the OpenVINO int8 model needs nncf: pip install 'suffice[openvino]'")
+    from suffice.serving.bundle import read_manifest
+    from suffice.training.export import export_bundle, parity
+
+    model_dir, _ = exported
+    monkeypatch.setattr(parity, "openvino_int8_parity", lambda *a, **k: {"passed": False, "refused": "int8_score_shift: moved by 0.02"})
+    b = export_bundle(model_dir, tmp_path / "b", validation_items(10))
+    m = read_manifest(b)
+    assert m.openvino_int8_model_file is None and not (b / "model.int8.xml").exists() and not (b / "model.int8.bin").exists()
+    assert m.parity["openvino_int8"]["refused"] == "int8_score_shift: moved by 0.02" and "nncf" in m.parity["openvino_int8"]["quantization"]
+    assert "model.int8.bin" not in m.files and m.int8_model_file == "model.int8.onnx"
+
+
+def test_export_without_nncf_ships_the_rest_and_says_why(exported, tmp_path, monkeypatch):
+    from suffice.training.export import ExportError, export_bundle, steps
+
+    model_dir, _ = exported
+    monkeypatch.setattr(steps, "nncf_missing", lambda: "nncf not installed: pip install 'suffice[openvino]' to add the OpenVINO int8 model")
+    b = export_bundle(model_dir, tmp_path / "b", validation_items(10))
+    m = json.loads((b / "suffice.json").read_text())
+    assert m["openvino_int8_model_file"] is None and m["int8_model_file"] == "model.int8.onnx"
+    assert m["parity"]["openvino_int8"] == {"passed": False, "refused": "nncf not installed: pip install 'suffice[openvino]' to add the OpenVINO int8 model"}
+    with pytest.raises(ExportError, match=r"openvino_int8=True but nncf not installed: pip install 'suffice\[openvino\]'"):
+        export_bundle(model_dir, tmp_path / "b2", validation_items(10), openvino_int8=True)
+    assert not (tmp_path / "b2").exists()
 
 
 def test_failed_parity_raises_typed_error_and_leaves_no_bundle(exported, tmp_path):

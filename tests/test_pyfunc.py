@@ -95,8 +95,11 @@ def test_pyfunc_input_errors_name_the_problem(registered):
 
     with pytest.raises(ValueError, match="unknown model_config key"):  # MLflow itself drops unknown keys with a warning
         scorer_config_from({"precison": "fp32"})
-    with pytest.raises(ValueError, match="choose auto, int8 or fp32"):
+    with pytest.raises(ValueError, match="precision='fp16': choose one of auto, int8, fp32, bf16"):
         scorer_config_from({"precision": "fp16"})
+    with pytest.raises(ValueError, match="backend='tensorrt': choose one of auto, onnxruntime, openvino"):
+        scorer_config_from({"backend": "tensorrt"})
+    assert scorer_config_from({"backend": "onnxruntime", "precision": "fp32"}).backend == "onnxruntime"
 
 
 def test_registered_version_loads_where_there_is_no_torch_and_no_installed_suffice(bundle, registered, tmp_path):

@@ -32,6 +32,7 @@ def test_shipped_config_loads_with_documented_defaults():
     assert (sc.thresholds.sufficient, sc.thresholds.partial, sc.min_contexts) == (None, None, 1)  # the bundle's thresholds
     assert (cfg.limits.max_body_bytes, cfg.limits.max_passages, cfg.limits.max_chars) == (1 << 20, 64, 100_000)
     assert cfg.upstream.api_key_env == "SUFFICE_UPSTREAM_API_KEY" and cfg.auth.api_keys_env is None
+    assert (cfg.runtime.backend, cfg.runtime.precision) == ("auto", "auto")
 
 
 @pytest.mark.parametrize("yaml_text, key", [
@@ -41,6 +42,8 @@ def test_shipped_config_loads_with_documented_defaults():
     ("limits: {max_body: 10}", "limits.max_body"),
     ("upstream: {base_url: ftp://x}", "upstream"),
     ("runtime: {workers: 2.5}", "runtime.workers"),
+    ("runtime: {backend: tensorrt}", "runtime: backend='tensorrt': choose one of auto, onnxruntime, openvino"),
+    ("runtime: {precision: fp16}", "runtime: precision='fp16'"),
     ("retriever: {options: [1, 2]}", "retriever.options"),
     ("servr: {port: 1}", "servr"),
 ])

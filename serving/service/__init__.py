@@ -66,13 +66,13 @@ def build_service(bundle: str, config: ServiceConfig):
     if overrides:
         check_threshold_overrides(read_manifest(path).thresholds, overrides)
     scorer = SufficiencyScorer.load(path, ScorerConfig(
-        precision=rt.precision, intra_op_threads=rt.intra_op_threads, verify_checksums=rt.verify_checksums,
+        precision=rt.precision, backend=rt.backend, intra_op_threads=rt.intra_op_threads, verify_checksums=rt.verify_checksums,
         thresholds=overrides or None,
     ))
     gate = None
     if config.retrieval_gate.bundle:
         gate = RetrievalGate.load(resolve_bundle_uri(config.retrieval_gate.bundle), RetrievalGateConfig(
-            skip_threshold=config.retrieval_gate.skip_threshold, precision=rt.precision,
+            skip_threshold=config.retrieval_gate.skip_threshold, precision=rt.precision, backend=rt.backend,
             intra_op_threads=rt.intra_op_threads, verify_checksums=rt.verify_checksums))
     return create_app(config, scorer, retrieval_gate=gate), scorer, gate
 

@@ -17,6 +17,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from suffice.serving.backends import BACKENDS, PRECISIONS
 from suffice.serving.bundle import PARTIAL, SUFFICIENT
 from suffice.serving.config import ConfigError, config_from_dict, deep_merge, load_yaml, parse_overrides
 from suffice.serving.gates.context import ContextGateConfig
@@ -61,7 +62,9 @@ class RuntimeSection:
     workers: model worker threads (concurrent ONNX calls); onnxruntime releases the GIL.
     intra_op_threads: onnxruntime threads per call (0 = one per core). workers x intra_op_threads
         should not exceed the cores: 2 workers x 1 thread suits a 2-core box.
-    precision: ``auto`` (int8 when the bundle has it), ``int8`` or ``fp32``.
+    backend: ``auto`` (the fastest variant the bundle holds that this CPU supports, checked against the
+        bundle's parity probe), ``onnxruntime`` or ``openvino`` (the extra ``suffice[openvino]``).
+    precision: ``auto``, ``int8``, ``fp32`` or ``bf16`` (OpenVINO on CPUs with AMX or AVX-512 BF16).
     verify_checksums: refuse a bundle whose files do not match its manifest.
     """
 
@@ -69,14 +72,17 @@ class RuntimeSection:
     intra_op_threads: int = 1
     precision: str = "auto"
     verify_checksums: bool = True
+    backend: str = "auto"
 
     def __post_init__(self) -> None:
         if not 1 <= self.workers <= 256:
             raise ServiceConfigError(f"workers={self.workers!r} must be in [1, 256]")
         if not 0 <= self.intra_op_threads <= 256:
             raise ServiceConfigError(f"intra_op_threads={self.intra_op_threads!r} must be in [0, 256] (0 = onnxruntime default)")
-        if self.precision not in ("auto", "int8", "fp32"):
-            raise ServiceConfigError(f"precision={self.precision!r}: choose auto, int8 or fp32")
+        if self.precision not in PRECISIONS:
+            raise ServiceConfigError(f"precision={self.precision!r}: choose one of {', '.join(PRECISIONS)}")
+        if self.backend not in BACKENDS:
+            raise ServiceConfigError(f"backend={self.backend!r}: choose one of {', '.join(BACKENDS)}")
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 The steps, one public function each, in the order :func:`.bundle.export_bundle` runs them
 (like sentence-transformers' ``backend/`` folder):
 
-    steps.read_model -> steps.merge -> steps.to_onnx -> steps.optimise -> steps.quantise
+    steps.read_model -> steps.merge -> steps.to_onnx -> steps.optimise -> steps.quantise -> steps.quantise_openvino
     -> parity.check_parity -> manifest.write_manifest -> parity.check_roundtrip
 
 - :mod:`.validation` the items parity is checked on; :mod:`.errors` ExportError, ParityError, ParityConfig

@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
-from suffice.serving.bundle import MODEL_FP32, MODEL_INT8, TOKENIZER
+from suffice.serving.bundle import MODEL_FP32, MODEL_INT8, MODEL_OV_INT8, TOKENIZER
 from suffice.training.export.errors import ExportError, ParityConfig, ParityError  # noqa: F401  (ParityError: re-exported)
 from suffice.training.export.manifest import write_manifest
 from suffice.training.export.parity import check_parity, check_roundtrip
@@ -36,6 +36,7 @@ def export_bundle(
     registered_model: str | None = None,
     model_version: str | None = None,
     probe_items: int = 32,
+    openvino_int8: bool | None = None,
 ) -> Path:
     """Export a trained-model directory to a checked bundle at ``out_dir`` and return its path.
 
@@ -74,10 +75,22 @@ def export_bundle(
         packer = ContextPacker(Tokenizer.from_file(str(model_dir / TOKENIZER)), max_length=int(meta.max_length),
                                strategy=str(meta.long_context_strategy))
         packed = [packer.pack(q, p) for q, p, _ in items]
+        ov_file, ov_desc, ov_skipped = make_openvino_int8(bundle, packed, packer.pad_id, quantize if openvino_int8 is None else openvino_int8,
+                                              required=openvino_int8 is True)
         report, fp32_par = check_parity(merged, bundle, packed, packer.pad_id, [lab for _, _, lab in items], meta, pc,
-                                        quantized=quantize, graph_optimization=opt_desc, quantization=quant_desc)
+                                        quantized=quantize, graph_optimization=opt_desc, quantization=quant_desc, openvino_int8=ov_file)
+        if ov_skipped:
+            report["openvino_int8"] = {"passed": False, "refused": ov_skipped}
+        elif ov_file:
+            report["openvino_int8"]["quantization"] = ov_desc
+            if not report["openvino_int8"]["passed"]:
+                log.warning("OpenVINO int8 left out of the bundle: %s", report["openvino_int8"]["refused"])
+                for f in (bundle / ov_file, (bundle / ov_file).with_suffix(".bin")):
+                    f.unlink()
+                ov_file = None
         probe_file = write_probe(bundle, packed, fp32_par, meta, pc, packer.pad_id, probe_items) if probe_items else None
-        write_manifest(bundle, meta, report, quantized=quantize, probe_file=probe_file, registered_model=registered_model, model_version=model_version)
+        write_manifest(bundle, meta, report, quantized=quantize, probe_file=probe_file, registered_model=registered_model,
+                       model_version=model_version, openvino_int8_file=ov_file)
         check_roundtrip(bundle, packed, fp32_par, pc)
 
         if out_dir.exists():
@@ -87,3 +100,22 @@ def export_bundle(
         return out_dir
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def make_openvino_int8(bundle: Path, packed: Sequence[Any], pad_id: int, wanted: bool, *,
+                       required: bool) -> tuple[str | None, str | None, str | None]:
+    """(IR file name, recipe, None) when made; (None, None, why not) when nncf/openvino are missing (an
+    :class:`ExportError` if ``required``); (None, None, None) when not wanted. Calibrated on ``packed``."""
+    from suffice.serving.packing import pad_packed
+    from suffice.training.export.steps import nncf_missing, quantise_openvino
+
+    if not wanted:
+        return None, None, None
+    why = nncf_missing()
+    if why:
+        if required:
+            raise ExportError(f"openvino_int8=True but {why}")
+        log.warning("export: no OpenVINO int8 model: %s", why)
+        return None, None, why
+    desc = quantise_openvino(bundle / MODEL_FP32, bundle / MODEL_OV_INT8, [pad_packed([p], pad_id) for p in packed])
+    return MODEL_OV_INT8, desc, None

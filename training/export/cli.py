@@ -29,6 +29,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--split", default="validation", help="split to keep from --validation-data (default validation; 'all' keeps every row)")
     ap.add_argument("--no-quantize", action="store_true", help="write only the fp32 model")
     ap.add_argument("--no-optimize", action="store_true", help="skip onnxruntime transformer fusions")
+    ap.add_argument("--openvino-int8", choices=("auto", "on", "off"), default="auto",
+                    help="also make an OpenVINO int8 model (NNCF, calibrated on the validation items): auto = when quantising and "
+                         "nncf is installed (pip install 'suffice[openvino]'), on = required, off = never")
     ap.add_argument("--parity-items", type=int, default=200)
     ap.add_argument("--atol", type=float, default=1e-4)
     ap.add_argument("--confident-margin", type=float, default=0.1,
@@ -56,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
                           min_confident_agreement=args.min_confident_agreement, max_mean_score_shift=args.max_mean_score_shift,
                           max_metric_drop=args.max_metric_drop, min_agreement=args.min_agreement)
         out = export_bundle(model_dir, args.out, items, quantize=not args.no_quantize, optimize=not args.no_optimize,
-                            parity=pc, overwrite=args.overwrite)
+                            parity=pc, overwrite=args.overwrite, openvino_int8={"auto": None, "on": True, "off": False}[args.openvino_int8])
     except ParityError as e:
         print(f"export failed parity check {e.check}: {e}", file=sys.stderr)
         return 3

@@ -14,7 +14,7 @@ from suffice.training.fit.meta import ModelMeta
 
 
 def write_manifest(bundle: Path, meta: ModelMeta, parity: dict[str, Any], *, quantized: bool,
-                   probe_file: str | None = None, registered_model: str | None = None, model_version: str | None = None) -> BundleManifest:
+                   probe_file: str | None = None, openvino_int8_file: str | None = None, registered_model: str | None = None, model_version: str | None = None) -> BundleManifest:
     """Describe the files in ``bundle`` (checksums), the model (labels, window, calibration, thresholds) and its
     parity report, and write ``suffice.json``.
 
@@ -29,7 +29,7 @@ def write_manifest(bundle: Path, meta: ModelMeta, parity: dict[str, Any], *, qua
         temperature=float(meta.calibration.get("temperature", 1.0)),
         thresholds={**DEFAULT_THRESHOLDS.get(meta.task, {}), **(meta.thresholds or {})},
         base_model=str(meta.base_model or "unknown"), files=files, label_scheme=str(meta.label_scheme),
-        int8_model_file=MODEL_INT8 if quantized else None, probe_file=probe_file, mlflow_run_id=ml.get("run_id"),
+        int8_model_file=MODEL_INT8 if quantized else None, openvino_int8_model_file=openvino_int8_file, probe_file=probe_file, mlflow_run_id=ml.get("run_id"),
         registered_model=registered_model or ml.get("registered_model"),
         model_version=None if version is None else str(version),
         created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),

@@ -37,10 +37,13 @@ def onnx_logits(session, feeds_list: Iterable[dict[str, np.ndarray]]) -> np.ndar
 
 
 def check_parity(merged: Path, bundle: Path, packed: Sequence[Any], pad_id: int, labels: Sequence[int | None], meta: ModelMeta,
-                 pc: ParityConfig, *, quantized: bool, graph_optimization: str, quantization: str | None) -> tuple[dict[str, Any], np.ndarray]:
+                 pc: ParityConfig, *, quantized: bool, graph_optimization: str, quantization: str | None,
+                 openvino_int8: str | None = None) -> tuple[dict[str, Any], np.ndarray]:
     """Check fp32 ONNX against PyTorch and int8 against fp32; returns (the parity report, the fp32 logits of the parity items).
 
-    Raises :class:`ParityError` naming the check and the largest difference.
+    ``openvino_int8``: the bundle's OpenVINO int8 IR, checked by the same rule; its verdict goes in
+    ``report["openvino_int8"]`` (``passed`` False with the reason: export then leaves it out).
+    Raises :class:`ParityError` naming the check and the largest difference (fp32, ONNX Runtime int8).
     """
     import torch
     from transformers import AutoModelForSequenceClassification
@@ -78,9 +81,35 @@ def check_parity(merged: Path, bundle: Path, packed: Sequence[Any], pad_id: int,
             report.update(int8_agreement=agreement)
             if agreement < pc.min_agreement:
                 raise ParityError(f"int8 decisions agree with fp32 on {agreement:.2%} of {len(packed)} items (needs >= {pc.min_agreement:.0%}); "
-                                  f"largest logit difference {report['int8_max_abs_logit_diff']:.3g}: ship fp32 only with --no-quantize",
+                                  f"largest logit difference {report['int8_max_abs_logit_diff']:.3g}: leave ONNX Runtime int8 out with --no-quantize",
                                   check="int8_agreement", largest_difference=pc.min_agreement - agreement, tolerance=1 - pc.min_agreement)
+    if openvino_int8:
+        report["openvino_int8"] = openvino_int8_parity(bundle / openvino_int8, batches, fp32_all, labels, meta, pc)
     return report, fp32_par
+
+
+def openvino_int8_parity(path: Path, batches: Sequence[dict[str, np.ndarray]], fp32_all: np.ndarray, labels: Sequence[int | None],
+                         meta: ModelMeta, pc: ParityConfig) -> dict[str, Any]:
+    """The int8 rule for the OpenVINO int8 model, run by the serving engine: a dict with ``passed`` and, when it
+    fails, ``refused`` (the reason); never raises for a parity failure (the bundle then ships without it)."""
+    from suffice.serving.backends import OpenVinoEngine
+
+    engine = OpenVinoEngine(path, "int8")
+    ov_all = np.concatenate([engine.run(b) for b in batches])
+    out: dict[str, Any] = {"items": int(len(ov_all)), "max_abs_logit_diff": float(np.abs(ov_all - fp32_all).max())}
+    try:
+        if len(meta.id2label) == 2:
+            rep = int8_parity(fp32_all, ov_all, labels, meta, pc)
+        else:
+            rep = {"int8_agreement": float((fp32_all.argmax(1) == ov_all.argmax(1)).mean())}
+            if rep["int8_agreement"] < pc.min_agreement:
+                raise ParityError(f"OpenVINO int8 decisions agree with fp32 on {rep['int8_agreement']:.2%} (needs >= {pc.min_agreement:.0%})",
+                                  check="int8_agreement", largest_difference=pc.min_agreement - rep["int8_agreement"],
+                                  tolerance=1 - pc.min_agreement)
+        out.update({k.replace("int8_", "", 1) if k.startswith("int8_") else k: v for k, v in rep.items()}, passed=True)
+    except ParityError as e:
+        out.update(passed=False, refused=f"{e.check}: {e}".replace("leave ONNX Runtime int8 out with --no-quantize", "left out of the bundle"))
+    return out
 
 
 def check_roundtrip(bundle: Path, packed: Sequence[Any], fp32_par: np.ndarray, pc: ParityConfig) -> float:
@@ -128,12 +157,12 @@ def int8_parity(fp32_logits: np.ndarray, int8_logits: np.ndarray, labels: Sequen
     if out["int8_confident_agreement"] < pc.min_confident_agreement:
         raise ParityError(f"int8 decisions agree with fp32 on {out['int8_confident_agreement']:.2%} of the {out['int8_confident_items']} items "
                           f"whose fp32 score is >= {pc.confident_margin:g} from every threshold (needs >= {pc.min_confident_agreement:.0%}): "
-                          "int8 changes clear decisions; ship fp32 only with --no-quantize",
+                          "int8 changes clear decisions; leave ONNX Runtime int8 out with --no-quantize",
                           check="int8_confident_agreement", largest_difference=pc.min_confident_agreement - out["int8_confident_agreement"],
                           tolerance=1 - pc.min_confident_agreement)
     if out["int8_mean_abs_score_change"] > pc.max_mean_score_shift:
         raise ParityError(f"int8 moves the calibrated score by {out['int8_mean_abs_score_change']:.4f} on average (allowed {pc.max_mean_score_shift:g}; "
-                          f"largest {out['int8_max_abs_score_change']:.3f}): ship fp32 only with --no-quantize",
+                          f"largest {out['int8_max_abs_score_change']:.3f}): leave ONNX Runtime int8 out with --no-quantize",
                           check="int8_score_shift", largest_difference=out["int8_mean_abs_score_change"], tolerance=pc.max_mean_score_shift)
     if labels and all(lab is not None for lab in labels):
         from suffice.training.evaluation.metrics import auroc
@@ -146,7 +175,7 @@ def int8_parity(fp32_logits: np.ndarray, int8_logits: np.ndarray, labels: Sequen
             out[f"{name}_fp32"], out[f"{name}_int8"] = v32, v8
             if enforce and np.isfinite(v32) and np.isfinite(v8) and v32 - v8 > pc.max_metric_drop:
                 raise ParityError(f"int8 {name} {v8:.4f} is {100 * (v32 - v8):.2f} points below fp32 {v32:.4f} (allowed {100 * pc.max_metric_drop:.2f}): "
-                                  "ship fp32 only with --no-quantize", check=f"int8_{name}", largest_difference=v32 - v8, tolerance=pc.max_metric_drop)
+                                  "leave ONNX Runtime int8 out with --no-quantize", check=f"int8_{name}", largest_difference=v32 - v8, tolerance=pc.max_metric_drop)
     return out
 
 

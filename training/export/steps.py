@@ -1,4 +1,4 @@
-"""The export steps, one public function each: read_model -> merge -> to_onnx -> optimise -> quantise -> write_probe.
+"""The export steps, one public function each: read_model -> merge -> to_onnx -> optimise -> quantise -> quantise_openvino -> write_probe.
 
 (:mod:`.parity` checks the result, :mod:`.manifest` describes it; :func:`.bundle.export_bundle` runs them in order.)
 """
@@ -89,18 +89,22 @@ def optimise(onnx_dir: Path, work: Path) -> tuple[Path, str]:
 
 
 def quantise(src: Path, dst: Path, reduce_range: bool | None = None, weight_type: str = "QInt8",
-                  op_types: Sequence[str] = ("MatMul", "Attention", "Gather")) -> str:
+             op_types: Sequence[str] = ("MatMul", "Attention", "Gather"), exclude: Sequence[str] = (),
+             per_channel: bool = True) -> str:
     """Dynamic int8: per-channel s8 weights / u8 activations (the VNNI fast path).
 
     Without VNNI, ONNX Runtime's u8s8 kernels multiply with VPMADDUBSW, whose 16-bit
     intermediate sums saturate on full-range 8-bit weights (measured here on an AVX2-only
     EPYC: a systematic 0.05 shift of every score). ``reduce_range`` (7-bit weights) avoids it;
     by default it is on exactly when the exporting CPU lacks VNNI, and the manifest says which.
+    ``exclude``: regular expressions; nodes whose name matches one stay fp32.
 
     Fused Attention nodes become QAttention. ``DefaultTensorType`` lets the quantiser handle
     tensors the optimiser left without shape inference (the "Unable to find data type for
     weight_name=...MatMul_output_0" failure seen when quantising ORTOptimizer output).
     """
+    import re
+
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -108,12 +112,15 @@ def quantise(src: Path, dst: Path, reduce_range: bool | None = None, weight_type
         from suffice.serving.cpu import detect
 
         reduce_range = not detect().vnni
-    quantize_dynamic(str(src), str(dst), op_types_to_quantize=list(op_types), per_channel=True,
-                     reduce_range=reduce_range, weight_type=getattr(QuantType, weight_type),
+    names = [n.name for n in onnx.load(str(src), load_external_data=False).graph.node] if exclude else []
+    skipped = [n for n in names if any(re.search(p, n) for p in exclude)]
+    quantize_dynamic(str(src), str(dst), op_types_to_quantize=list(op_types), per_channel=per_channel,
+                     reduce_range=reduce_range, weight_type=getattr(QuantType, weight_type), nodes_to_exclude=skipped,
                      extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
     rr = ", reduce_range (7-bit weights: no VNNI on the exporting CPU)" if reduce_range else ""
+    ex = f", fp32 kept for {len(skipped)} nodes matching {list(exclude)}" if exclude else ""
     w = "s8" if weight_type == "QInt8" else "u8"
-    return f"dynamic-int8 per-channel {w} weights/u8 activations QOperator ({', '.join(op_types)}){rr}"
+    return f"dynamic-int8 {'per-channel' if per_channel else 'per-tensor'} {w} weights/u8 activations QOperator ({', '.join(op_types)}){rr}{ex}"
 
 
 def write_probe(bundle: Path, packed: Sequence[Any], fp32_logits: np.ndarray, meta: ModelMeta, pc: ParityConfig,
@@ -131,3 +138,58 @@ def write_probe(bundle: Path, packed: Sequence[Any], fp32_logits: np.ndarray, me
                                   max_mean_score_shift=pc.max_mean_score_shift, confident_margin=pc.confident_margin)
     probe.write(bundle / PROBE_FILE)
     return PROBE_FILE
+
+
+# Left in float by the OpenVINO int8 recipe: the pooler and the classifier (two small Gemms whose int8 error lands
+# directly on the logits).
+OPENVINO_INT8_FLOAT = (".*pooler.*", ".*classifier.*")
+
+
+def nncf_missing() -> str | None:
+    """Why the OpenVINO int8 model cannot be made here (None when openvino and nncf are installed)."""
+    import importlib.util
+
+    missing = [m for m in ("openvino", "nncf") if importlib.util.find_spec(m) is None]
+    return (f"{' and '.join(missing)} not installed: pip install 'suffice[openvino]' to add the OpenVINO int8 model"
+            if missing else None)
+
+
+def quantise_openvino(src: Path, dst: Path, calibration: Sequence[dict[str, np.ndarray]], *, preset: str = "mixed",
+                      transformer: bool = True, fast_bias_correction: bool = False, subset_size: int = 300,
+                      ignore: Sequence[str] = OPENVINO_INT8_FLOAT) -> str:
+    """OpenVINO int8 by NNCF post-training quantisation of the fp32 ONNX graph, calibrated on ``calibration``
+    (packed validation inputs, one item per feed); writes ``dst`` (IR ``.xml``) and its ``.bin`` weights.
+
+    ``ignore``: regular expressions of node names NNCF leaves in float (default: the pooler and classifier).
+    The default recipe (preset ``mixed``: symmetric weights, asymmetric activations; ``model_type=TRANSFORMER``,
+    NNCF's scheme for transformers; full bias correction; pooler and classifier in float) is the one that kept the 2026-11-28 ``make demo`` model
+    within the int8 rule: mean |score change| 0.0086 on the 200 export items (0.0090 on 740 held-out ones),
+    where fast bias correction gave 0.0102 and quantising the head too 0.0111-0.0125, and every ONNX Runtime
+    recipe failed (0.011-0.045); benchmarks/results/2026-11-28/int8_recipes.json has every recipe.
+    Raises :class:`ExportError` when nncf/openvino are missing (see :func:`nncf_missing`).
+    """
+    why = nncf_missing()
+    if why:
+        raise ExportError(f"cannot make the OpenVINO int8 model: {why}")
+    import logging as _logging
+
+    import nncf
+    import openvino as ov
+
+    _logging.getLogger("nncf").setLevel(_logging.WARNING)
+    model = ov.Core().read_model(str(src))
+    names = [i.get_any_name() for i in model.inputs]
+    n = min(subset_size, len(calibration))
+    if n < 1:
+        raise ExportError("cannot calibrate the OpenVINO int8 model without validation items: give --validation-data")
+    kw: dict[str, Any] = {"preset": getattr(nncf.QuantizationPreset, preset.upper()), "subset_size": n,
+                          "fast_bias_correction": fast_bias_correction}
+    if transformer:
+        kw["model_type"] = nncf.ModelType.TRANSFORMER
+    if ignore:
+        kw["ignored_scope"] = nncf.IgnoredScope(patterns=list(ignore), validate=False)
+    quantized = nncf.quantize(model, nncf.Dataset(list(calibration[:n]), lambda f: {k: f[k] for k in names}), **kw)
+    ov.save_model(quantized, str(dst), compress_to_fp16=False)
+    return (f"nncf {nncf.__version__} post-training int8 (preset {preset}, {'transformer' if transformer else 'default'} model type, "
+            f"{'fast ' if fast_bias_correction else ''}bias correction, {n} calibration items"
+            + (f", float kept for {list(ignore)}" if ignore else "") + f"), openvino {ov.__version__}")
