@@ -18,14 +18,11 @@ openai = pytest.importorskip("openai")
 from pydantic import BaseModel
 
 from llm_server import FakeLLMServer, Reply
-from test_service_support import LONG_PASSAGE, ServiceServer, load_scorer, metric_value
+from test_service_support import BRANCHES, CAVEAT, LONG_PASSAGE, GatewayFactory, ServiceServer, metric_value
 
-from suffice.serving.service import create_app, load_service_config
 
 ANSWER = "The Eiffel Tower is in Paris."
 JSON_ANSWER = '{"answer": "Paris"}'
-CAVEAT = "Note: this answer is based on limited available information."
-BRANCHES = {"sufficient": (0.6, 0.5), "partial": (0.8, 0.5), "insufficient": (0.9, 0.8)}
 DOCS = [{"id": "eiffel", "title": "Eiffel Tower", "text": LONG_PASSAGE},
         "Gustave Eiffel's company built the Eiffel Tower in Paris."]
 QUESTION = "Where is the Eiffel Tower?"
@@ -44,24 +41,10 @@ def llm():
 
 @pytest.fixture
 def gateway(bundles, llm):
-    """gateway(branch, *overrides, gate=None) -> a started ServiceServer in front of the fake upstream."""
-    started = []
-
-    def make(branch="partial", *overrides, gate=None):
-        suff, part = BRANCHES[branch]
-        cfg = load_service_config(None, [f"--upstream.base_url={llm.base_url}", "--upstream.timeout_s=2.0",
-                                         "--upstream.model=fake-llm", "--context_gate.model_weight=0.0",
-                                         f"--sufficient_context.thresholds.sufficient={suff}",
-                                         f"--sufficient_context.thresholds.partial={part}", *overrides])
-        app = create_app(cfg, load_scorer(bundles["sufficiency"], suff, part), api_keys=[], upstream_api_key=None,
-                         retrieval_gate=gate)
-        s = ServiceServer(app).start()
-        started.append(s)
-        return s
-
-    yield make
-    for s in started:
-        s.stop()
+    """gateway(branch, *overrides, retrieval_gate=None) -> a started ServiceServer in front of the fake upstream."""
+    factory = GatewayFactory(bundles["sufficiency"], llm.base_url, "--upstream.timeout_s=2.0", "--upstream.model=fake-llm")
+    yield factory
+    factory.close()
 
 
 def client(server: ServiceServer, **kw) -> "openai.OpenAI":
@@ -202,11 +185,11 @@ def test_retrieval_gate_skip_forwards_chit_chat_without_scoring(gateway, bundles
 
     thread = [{"role": "user", "content": QUESTION}, {"role": "assistant", "content": ANSWER},
               {"role": "user", "content": "Thanks!"}]
-    skip = gateway("insufficient", gate=RetrievalGate.load(bundles["retrieval_gate"], RetrievalGateConfig(skip_threshold=0.0)))
+    skip = gateway("insufficient", retrieval_gate=RetrievalGate.load(bundles["retrieval_gate"], RetrievalGateConfig(skip_threshold=0.0)))
     done = client(skip).chat.completions.create(model="fake-llm", messages=thread)
     meta = done.model_extra["sufficiency"]
     assert done.choices[0].message.content == ANSWER and meta["level"] == "unscored" and "SKIP" in meta["reason"]
-    retrieve = gateway("insufficient", gate=RetrievalGate.load(bundles["retrieval_gate"], RetrievalGateConfig(skip_threshold=1.0)))
+    retrieve = gateway("insufficient", retrieval_gate=RetrievalGate.load(bundles["retrieval_gate"], RetrievalGateConfig(skip_threshold=1.0)))
     meta = client(retrieve).chat.completions.create(model="fake-llm", messages=thread,
                                                     extra_body={"documents": DOCS}).model_extra["sufficiency"]
     assert meta["action"] == "declined"  # documents given: always scored

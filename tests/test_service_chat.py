@@ -17,14 +17,12 @@ import pytest
 pytest.importorskip("fastapi")
 
 from llm_server import FakeLLMServer, Reply
-from test_service_support import LONG_PASSAGE, ServiceServer, free_port, load_scorer, metric_value
+from test_service_support import BRANCHES, CAVEAT, LONG_PASSAGE, GatewayFactory, ServiceServer, free_port, load_scorer, metric_value
 
 from suffice.serving.service import create_app, load_service_config
 
 UPSTREAM_KEY = "sk-upstream-secret-4242"
 ANSWER = "The Eiffel Tower is in Paris."
-CAVEAT = "Note: this answer is based on limited available information."
-BRANCHES = {"sufficient": (0.6, 0.5), "partial": (0.8, 0.5), "insufficient": (0.9, 0.8)}
 
 
 def chat_body(**extra):
@@ -45,24 +43,11 @@ def llm():
 
 @pytest.fixture
 def gateway(bundles, llm):
-    """gateway(branch, *overrides) -> a started ServiceServer whose thresholds select ``branch``."""
-    started = []
-
-    def make(branch="partial", *overrides, base_url=None, retriever=None):
-        suff, part = BRANCHES[branch]
-        cfg = load_service_config(None, [f"--upstream.base_url={base_url or llm.base_url}", "--upstream.timeout_s=1.0",
-                                         "--upstream.connect_timeout_s=1.0", "--context_gate.model_weight=0.0",
-                                         f"--sufficient_context.thresholds.sufficient={suff}",
-                                         f"--sufficient_context.thresholds.partial={part}", *overrides])
-        app = create_app(cfg, load_scorer(bundles["sufficiency"], suff, part), api_keys=[], upstream_api_key=UPSTREAM_KEY,
-                         retriever=retriever)
-        s = ServiceServer(app, drain_timeout_s=10).start()
-        started.append(s)
-        return s
-
-    yield make
-    for s in started:
-        s.stop()
+    """gateway(branch, *overrides, base_url=None, retriever=None) -> a started ServiceServer whose thresholds select ``branch``."""
+    factory = GatewayFactory(bundles["sufficiency"], llm.base_url, "--upstream.timeout_s=1.0", "--upstream.connect_timeout_s=1.0",
+                             upstream_api_key=UPSTREAM_KEY)
+    yield factory
+    factory.close()
 
 
 def sse_events(text: str) -> list:

@@ -89,6 +89,46 @@ class ServiceServer:
         self.stop()
 
 
+# The tiny random model scores every (question, passages) pair at ~0.62, so a chat branch is chosen
+# with thresholds: (sufficient, partial).
+BRANCHES = {"sufficient": (0.6, 0.5), "partial": (0.8, 0.5), "insufficient": (0.9, 0.8)}
+CAVEAT = "Note: this answer is based on limited available information."
+
+
+class GatewayFactory:
+    """``make(branch, *overrides, **create_app_kwargs)`` -> a started chat gateway in front of ``upstream_url``.
+
+    One owner for the gateway set-up of the chat tests: service config overrides (upstream, thresholds
+    that pick ``branch``, the context gate's model weight off), ``create_app`` and a real uvicorn.
+    ``close()`` stops every server it started (the fixture's teardown).
+    """
+
+    def __init__(self, bundle: Path, upstream_url: str, *base_overrides: str, upstream_api_key: str | None = None,
+                 drain_timeout_s: float = 10.0):
+        self.bundle, self.upstream_url, self.base_overrides = bundle, upstream_url, base_overrides
+        self.upstream_api_key, self.drain_timeout_s = upstream_api_key, drain_timeout_s
+        self.started: list[ServiceServer] = []
+
+    def __call__(self, branch: str = "partial", *overrides: str, base_url: str | None = None, **app_kwargs: Any) -> ServiceServer:
+        from suffice.serving.service import create_app, load_service_config
+
+        suff, part = BRANCHES[branch]
+        cfg = load_service_config(None, [f"--upstream.base_url={base_url or self.upstream_url}", *self.base_overrides,
+                                         "--context_gate.model_weight=0.0",
+                                         f"--sufficient_context.thresholds.sufficient={suff}",
+                                         f"--sufficient_context.thresholds.partial={part}", *overrides])
+        app = create_app(cfg, load_scorer(self.bundle, suff, part), api_keys=[], upstream_api_key=self.upstream_api_key,
+                         **app_kwargs)
+        server = ServiceServer(app, drain_timeout_s=self.drain_timeout_s).start()
+        self.started.append(server)
+        return server
+
+    def close(self) -> None:
+        for server in self.started:
+            server.stop()
+        self.started.clear()
+
+
 def free_port() -> int:
     """A port nothing listens on (bound, then released): connections to it are refused."""
     import socket
