@@ -38,3 +38,29 @@ def test_demo_without_export_registers_nothing_servable(tiny_bert, tmp_path, cap
 def test_demo_rejects_stray_arguments(capsys):
     assert demo.main(["--skip-data", "oops"]) == 2
     assert "look like --key=value" in capsys.readouterr().err
+
+
+def test_demo_with_stage0_starts_the_demo_config_from_the_stage0_directory(tiny_bert, tmp_path, monkeypatch):
+    """--stage0 on: configs/pretrain.yaml runs first into <output_dir>/stage0 (its --stage0.* overrides only),
+    then the demo config starts from that directory; the user's --base_model is where stage 0 starts."""
+    monkeypatch.setenv("ACCELERATE_CONFIG_FILE", str(tmp_path / "none.yaml"))
+    shared = Path(__file__).resolve().parent / "fixtures" / "shared"
+    out = tmp_path / "model"
+    cfg = tmp_path / "tiny.yaml"
+    cfg.write_text("task: sufficiency\nnum_train_epochs: 1\nexport: false\n")
+    tiny = ["--max_length=64", "--per_device_train_batch_size=4", "--lora.r=4", "--lora.alpha=8", "--torch_threads=1", "--baselines=[]"]
+    rc = demo.main([
+        "--skip-data", "--no-export", "--stage0", "on", "--mixed-precision", "no", "--config", str(cfg), f"--train_file={FIXTURE}",
+        f"--base_model={tiny_bert}", f"--output_dir={out}", *tiny,
+        f"--stage0.data.data_dir={shared}", "--stage0.data.name=pytest-demo-stage0", "--stage0.max_train_items=0",
+        *("--stage0." + o[2:] for o in tiny),
+    ])
+    assert rc == 0
+    stage0 = json.loads((out / "stage0" / "suffice_model.json").read_text())
+    assert stage0["base_model"] == str(tiny_bert)
+    assert json.loads((out / "suffice_model.json").read_text())["base_model"] == str(out / "stage0")
+
+
+def test_demo_refuses_stage0_overrides_without_stage0(capsys):
+    assert demo.main(["--skip-data", "--stage0", "off", "--stage0.max_train_items=9"]) == 2
+    assert "--stage0 off" in capsys.readouterr().err

@@ -1,18 +1,22 @@
 """``suffice demo`` (what ``make demo`` runs): the whole path on the embedded default.
 
 1. prepare the shared data and print its table (counts, label balance, teacher vs gold);
-2. train the short default config with ``accelerate launch`` (LoRA on all-MiniLM-L6-v2,
-   autorater labels), which evaluates on test next to the baselines, exports the ONNX bundle
-   and registers it in MLflow as a pyfunc model (``suffice-sufficiency``; the trained-model
-   folder goes to ``suffice-sufficiency-model``);
-3. point the alias ``candidate`` at the new bundle version (checked to resolve to a valid
+2. stage 0 (``--stage0 on``): ``configs/pretrain.yaml`` turns all-MiniLM-L6-v2 into a
+   (question, passage) pair reader on rows that cost nothing (``<output_dir>/stage0``);
+3. train the short default config with ``accelerate launch`` (LoRA, autorater labels; from the
+   stage-0 directory when there is one), which evaluates on test next to the baselines, exports
+   the ONNX bundle and registers it in MLflow as a pyfunc model (``suffice-sufficiency``; the
+   trained-model folder goes to ``suffice-sufficiency-model``);
+4. point the alias ``candidate`` at the new bundle version (checked to resolve to a valid
    bundle) and print the commands that use it: ``suffice serve``, ``suffice score``,
    ``mlflow.pyfunc.load_model``, and ``suffice promote`` to make it ``production``.
 
 With ``--no-export`` nothing servable is registered (and no alias is set).
 
 Extra ``--key=value`` arguments are passed to the training config, e.g.
-``suffice demo --max_train_items=2000``.
+``suffice demo --max_train_items=2000``; ``--stage0.KEY=VALUE`` goes to the stage-0 config instead
+(``--stage0.max_train_items=6000``). A ``--base_model`` is where the first stage starts; ``--tracking.*``
+goes to both stages.
 
 >>> main(["--help"])  # doctest: +SKIP
 """
@@ -37,7 +41,55 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--data-config", default=str(REPO_ROOT / "configs" / "data.yaml"), help="data config for the printed table")
     ap.add_argument("--skip-data", action="store_true", help="do not prepare/print the shared data table first")
     ap.add_argument("--no-export", action="store_true", help="skip the ONNX export at the end of training")
+    ap.add_argument("--stage0", choices=["on", "off"], default=STAGE0_DEFAULT,
+                    help=f"train stage 0 (--pretrain-config) first and start the demo config from it (default {STAGE0_DEFAULT})")
+    ap.add_argument("--pretrain-config", default=str(REPO_ROOT / "configs" / "pretrain.yaml"), help="the stage-0 config (YAML)")
+    ap.add_argument("--mixed-precision", choices=["auto", "no", "bf16"], default="auto",
+                    help="both stages: auto = bf16 autocast on CPUs with AMX or AVX512-BF16 (or a GPU that has it), else fp32")
     return ap
+
+
+STAGE0_DEFAULT = "off"
+STAGE0_PREFIX = "--stage0."
+
+
+def split_overrides(overrides: list[str], stage0: bool) -> tuple[list[str], list[str]]:
+    """(stage-0 overrides, stage-1 overrides): ``--stage0.K=V`` -> stage 0 as ``--K=V``; ``--tracking.*`` -> both;
+    ``--base_model`` -> the first stage that runs; the rest -> stage 1.
+
+    >>> split_overrides(["--stage0.max_train_items=9", "--base_model=m", "--tracking.tracking_uri=u", "--seed=1"], True)
+    (['--max_train_items=9', '--base_model=m', '--tracking.tracking_uri=u'], ['--tracking.tracking_uri=u', '--seed=1'])
+    >>> split_overrides(["--base_model=m", "--seed=1"], False)
+    ([], ['--base_model=m', '--seed=1'])
+    """
+    stray = [o for o in overrides if o.startswith(STAGE0_PREFIX)]
+    if stray and not stage0:
+        raise ValueError(f"{stray} given with --stage0 off: drop them or add --stage0 on")
+    first: list[str] = []
+    second: list[str] = []
+    for o in overrides:
+        if o.startswith(STAGE0_PREFIX):
+            first.append("--" + o[len(STAGE0_PREFIX):])
+        elif o.startswith("--tracking."):
+            first.append(o)
+            second.append(o)
+        elif o.startswith("--base_model=") and stage0:
+            first.append(o)
+        else:
+            second.append(o)
+    return (first if stage0 else []), second
+
+
+def launch(config: str, overrides: list[str], env: dict[str, str]) -> int:
+    """``accelerate launch -m suffice.training.train --config CONFIG OVERRIDES`` on one process; its exit code."""
+    cmd = [
+        sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "1", "--num_machines", "1",
+        # precision comes from the suffice config (`mixed_precision`, resolved per machine), not the launcher
+        "--mixed_precision", "no", "--dynamo_backend", "no",
+        "-m", "suffice.training.train", "--config", config, *overrides,
+    ]
+    print("$ " + shlex.join(["accelerate", "launch", *cmd[3:]]), flush=True)
+    return subprocess.call(cmd, env=env)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,31 +102,37 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_data:
         from suffice.training.data import cli as data_cli
 
-        print("== 1/2  data: prepare and describe the shared data ==", flush=True)
+        print(f"== 1/{3 if args.stage0 == 'on' else 2}  data: prepare and describe the shared data ==", flush=True)
         rc = data_cli.main(["prepare", "--config", args.data_config])
         if rc:
             return rc
-    print("\n== 2/2  train, evaluate on test, export the bundle, register it in MLflow ==", flush=True)
+    stage0 = args.stage0 == "on"
+    try:
+        first, overrides = split_overrides(overrides, stage0)
+    except ValueError as e:
+        print(f"suffice demo: {e}", file=sys.stderr)
+        return 2
     out_dir = next((o.split("=", 1)[1] for o in overrides if o.startswith("--output_dir=")), None)
     if out_dir is None:
         out_dir = str(REPO_ROOT / "models" / time.strftime("demo-%Y%m%d-%H%M%S"))
         overrides = [*overrides, f"--output_dir={out_dir}"]
-    cmd = [
-        sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "1", "--num_machines", "1",
-        "--mixed_precision", "no", "--dynamo_backend", "no",
-        "-m", "suffice.training.train", "--config", args.config,
-        # fp32: the demo's numbers and its 17-minute wall time were measured so; bf16 (what `auto`
-        # picks on AMX / AVX512-BF16 CPUs) trains LoRA ~1.4x faster but its quality is not yet measured
-        "--mixed_precision=no",
-        *([] if args.no_export else ["--export=true"]), *overrides,
-    ]
-    print("$ " + shlex.join(["accelerate", "launch", *cmd[3:]]), flush=True)
+    precision = [f"--mixed_precision={args.mixed_precision}"]
     store = next((o.split("=", 1)[1] for o in overrides if o.startswith("--tracking.tracking_uri=")), None)
     if store:  # the alias goes into the store training registered in
         os.environ["MLFLOW_TRACKING_URI"] = store
     env = dict(os.environ)
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
-    rc = subprocess.call(cmd, env=env)
+    if stage0:
+        stage0_dir = str(Path(out_dir) / "stage0")
+        print("\n== 2/3  stage 0: a (question, passage) pair reader from rows that cost nothing ==", flush=True)
+        rc = launch(args.pretrain_config, [*precision, f"--output_dir={stage0_dir}", *first], env)
+        if rc:
+            print(f"suffice demo: stage 0 failed with exit code {rc} (see the messages above)", file=sys.stderr)
+            return rc
+        overrides = [f"--base_model={stage0_dir}", *overrides]
+    step = "3/3" if stage0 else "2/2"
+    print(f"\n== {step}  train, evaluate on test, export the bundle, register it in MLflow ==", flush=True)
+    rc = launch(args.config, [*precision, *([] if args.no_export else ["--export=true"]), *overrides], env)
     if rc:
         print(f"suffice demo: training failed with exit code {rc} (see the messages above)", file=sys.stderr)
         return rc
