@@ -21,7 +21,7 @@ def test_demo_without_export_registers_nothing_servable(tiny_bert, tmp_path, cap
     cfg = tmp_path / "tiny.yaml"
     cfg.write_text("task: sufficiency\nnum_train_epochs: 1\nexport: false\n")
     rc = demo.main([
-        "--skip-data", "--no-export", "--config", str(cfg), f"--train_file={FIXTURE}", f"--base_model={tiny_bert}", f"--output_dir={out}", "--max_length=64",
+        "--skip-data", "--no-export", "--stage0", "off", "--config", str(cfg), f"--train_file={FIXTURE}", f"--base_model={tiny_bert}", f"--output_dir={out}", "--max_length=64",
         "--per_device_train_batch_size=4", "--lora.r=4", "--torch_threads=1", "--baselines=[tfidf_lr]",
     ])
     assert rc == 0

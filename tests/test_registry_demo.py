@@ -37,7 +37,7 @@ def demo_store(tmp_path_factory, tiny_bert_dir):
             mp.setenv(k, v)
         buf = io.StringIO()
         with contextlib.redirect_stdout(buf):
-            rc = demo.main(["--skip-data", "--config", str(cfg), f"--train_file={FIXTURE}", f"--base_model={tiny_bert_dir}",
+            rc = demo.main(["--skip-data", "--stage0", "off", "--config", str(cfg), f"--train_file={FIXTURE}", f"--base_model={tiny_bert_dir}",
                             f"--output_dir={out_dir}", "--max_length=64", "--per_device_train_batch_size=4", "--lora.r=4",
                             "--torch_threads=1", "--baselines=[]", "--evaluate_test=false"])
     assert rc == 0, buf.getvalue()[-3000:]
