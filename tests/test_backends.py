@@ -184,7 +184,12 @@ def test_openvino_bf16_on_a_bf16_cpu_is_probe_checked(bundles, openvino):
     d = s.describe()
     # a variant runs when it reproduces the probe; otherwise it is skipped with the numbers and the next one runs
     tried = [r["variant"] for r in d["rejected_variants"]] + [s.variant]
-    order = [v for v in ("openvino-int8", "openvino-bf16", "openvino-fp32") if v != "openvino-int8" or _has_ov_int8(bundles[0])]
+    from suffice.serving.bundle import read_manifest
+    from suffice.serving.runtime import openvino_int8_bf16_passed
+
+    hinted = openvino_int8_bf16_passed(read_manifest(bundles[0]))
+    order = [v for v in ("openvino-int8-bf16", "openvino-int8", "openvino-bf16", "openvino-fp32")
+             if (v != "openvino-int8" or _has_ov_int8(bundles[0])) and (v != "openvino-int8-bf16" or hinted)]
     assert tried == order[: len(tried)] and d["probe"]["ok"]
     assert all("parity probe" in r["reason"] for r in d["rejected_variants"])
     assert s.score("Where is the Eiffel Tower?", ["The Eiffel Tower is in Paris."]).level
