@@ -97,6 +97,23 @@ def mixed_length_batch(model, budget_s: float, n: int = 32, seed: int = 0) -> di
     return out
 
 
+def varied_lengths_stream(runners: dict, names: list[str], n: int = 200, seed: int = 0) -> dict:
+    """Batch-1 calls at ``n`` lengths drawn from 16..256 tokens (a service's stream: most lengths new to the
+    engine), the runners interleaved call by call so that other load hits them alike: mean/p50/p95 ms each."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(16, 257, size=n)
+    ms: dict[str, list[float]] = {name: [] for name in names}
+    for L in lengths:
+        feeds = synthetic_feeds(int(L), 1)
+        for name in names:
+            t = time.perf_counter()
+            runners[name](feeds)
+            ms[name].append((time.perf_counter() - t) * 1e3)
+    return {"calls": n, "distinct_lengths": int(len(set(lengths.tolist()))),
+            **{name: {"mean_ms": round(float(np.mean(v)), 2), "p50_ms": round(float(np.percentile(v, 50)), 2),
+                      "p95_ms": round(float(np.percentile(v, 95)), 2)} for name, v in ms.items()}}
+
+
 def bundle_variants(bundle: Path, cpu, openvino: bool) -> list[tuple[str, str, str]]:
     """(name, backend, precision) of every variant the bundle holds that this machine can run."""
     m = json.loads((bundle / "suffice.json").read_text())
@@ -201,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-memory", action="store_true", help="skip the resident-memory subprocesses")
     ap.add_argument("--no-mixed", action="store_true", help="skip the mixed-length batch cell")
     ap.add_argument("--no-openvino", action="store_true", help="skip the OpenVINO variants even where openvino is installed")
+    ap.add_argument("--openvino-plain", action="store_true",
+                    help="also time the OpenVINO int8 IR on the plain engine (no int8 embedding rewrite, no length buckets)")
     ap.add_argument("--gate-bundle", help="a retrieval-gate bundle: time decide() at 128 tokens with each of its variants")
     args = ap.parse_args(argv)
 
@@ -236,6 +255,14 @@ def main(argv: list[str] | None = None) -> int:
                                              "rejected_variants": [] if openvino_int8_bf16_passed(m) else
                                              [{"variant": "openvino-int8-bf16", "reason": "export's int8 rule did not pass it: "
                                                + str((m.parity.get("openvino_int8") or {}).get("bf16_hint", "not checked (older bundle)"))}]}
+    if with_ov and args.openvino_plain and any(name == "openvino_int8" for name, _, _ in variants):
+        # the engine before the lean defaults (fp32 copy of the int8 embeddings, no length buckets): what they cost
+        from suffice.serving.backends import OpenVinoEngine
+        from suffice.serving.bundle import read_manifest
+
+        plain = OpenVinoEngine(bundle / read_manifest(bundle).openvino_int8_model_file, "int8", args.threads, length_bucket=0, keep_int8=False)
+        runners["openvino_int8_plain"] = plain.run
+        loaded["openvino_int8_plain"] = {"variant": "openvino-int8 (plain engine)", "probe": None, "rejected_variants": []}
     for spec in args.extra_onnx:
         name, path = spec.split("=", 1)
         so = ort.SessionOptions()
@@ -279,6 +306,9 @@ def main(argv: list[str] | None = None) -> int:
             results["cells"].append(row)
             print(json.dumps({k: (v.get("p50_ms", v) if isinstance(v, dict) else v) for k, v in row.items()}), flush=True)
 
+    if "openvino_int8_plain" in runners:
+        results["varied_lengths_stream"] = varied_lengths_stream(runners, ["openvino_int8", "openvino_int8_plain"])
+        print(json.dumps({"varied_lengths_stream": results["varied_lengths_stream"]}), flush=True)
     scorer = SufficiencyScorer.load(bundle, ScorerConfig(intra_op_threads=args.threads))
     results["auto_variant"] = scorer.variant
     if not args.no_mixed:

@@ -220,12 +220,13 @@ class OpenVinoEngine:
     ``precision`` ``bf16`` (or ``hint`` ``bf16`` for the int8 IR) sets INFERENCE_PRECISION_HINT to bf16.
     Embedding tables stay int8 (:func:`keep_int8_tables`) and inputs are padded to a multiple of
     ``length_bucket`` tokens (:data:`OPENVINO_LENGTH_BUCKET`; 0 or 1 = no padding), which keeps the
-    memory of a long-lived process bounded. One infer request per thread (an OpenVINO request is not
+    memory of a long-lived process bounded (``keep_int8=False``, ``length_bucket=0``: the plain engine,
+    for benchmarks). One infer request per thread (an OpenVINO request is not
     thread-safe; the compiled model is).
     """
 
     def __init__(self, path: Path, precision: str = "fp32", threads: int = 0, hint: str | None = None,
-                 length_bucket: int = OPENVINO_LENGTH_BUCKET):
+                 length_bucket: int = OPENVINO_LENGTH_BUCKET, keep_int8: bool = True):
         try:
             import openvino as ov
         except ImportError as e:
@@ -236,7 +237,8 @@ class OpenVinoEngine:
         if threads:
             config["INFERENCE_NUM_THREADS"] = threads
         model = core.read_model(str(path))
-        keep_int8_tables(model)
+        if keep_int8:
+            keep_int8_tables(model)
         self.compiled = core.compile_model(model, "CPU", config)
         del model
         self.input_names = [i.get_any_name() for i in self.compiled.inputs]
