@@ -120,7 +120,8 @@ def test_export_records_the_bf16_hint_verdict(bundle):
         pytest.skip(f"no OpenVINO int8 model in this bundle: {ov_parity.get('refused')}")
     hint = ov_parity["bf16_hint"]
     if detect().bf16:
-        assert hint["items"] == 30 and ("refused" in hint) != hint["passed"] and "mean_abs_score_change" in hint
+        assert hint["items"] == 30 and ("refused" in hint) != hint["passed"]
+        assert "mean_abs_score_change" in hint if hint["passed"] else hint["refused"].endswith("not used by serving")
     else:
         assert hint["passed"] is False and "has no bf16 units" in hint["refused"]
 
