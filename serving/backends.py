@@ -72,9 +72,11 @@ def _speed_order(cpu: CpuInfo) -> list[tuple[str, str, str | None]]:
     first on CPUs with int8 dot products: on the idle-ish AMD EPYC (AVX-512 VNNI + BF16, no AMX; 2
     threads, batch 1, 256 tokens, one run of benchmarks/bench_quantization.py,
     benchmarks/results/2026-11-28/int8_recipes.json) 13.6 ms against 16.6 for ONNX Runtime int8 and
-    35.7 for ONNX Runtime fp32; with the bf16 hint around its int8 layers 12.8 ms in the same run (the
-    export rule passed it: mean |score change| 0.0084, macro-F1 0.719 vs fp32 0.718), so on CPUs with
-    bf16 units that combination comes first, the f32-hint int8 next. On AMX it is ranked first
+    35.7 for ONNX Runtime fp32. With the bf16 hint around its int8 layers it took 12.8 ms in that run
+    but 14.4 vs 13.4 ms in the next (bench_scorer_ov_lean.json; 27.9 vs 31.5 ms at 512 tokens), and
+    export's rule refused it for the re-exported demo model (macro-F1 -0.85 point), so it is tried
+    first on CPUs with bf16 units only where the manifest records a pass; the f32-hint int8 comes
+    next. On AMX it is ranked first
     unmeasured (AMX has int8 tiles; the issue's Sapphire Rapids table had OpenVINO bf16 at 9.4 ms vs
     ONNX Runtime int8 13.7), OpenVINO bf16 next.
     With AVX-512 BF16 but no AMX (Zen 4, this project's AMD EPYC) ONNX Runtime int8 is next and
