@@ -7,13 +7,13 @@ in fp32, or in bf16 on CPUs with AMX or AVX-512 BF16. :func:`rank_variants` orde
 fastest first, from the CPU's ISA class (``suffice.serving.cpu``), not from a timing race at
 start-up; the runtime takes the first variant that reproduces the bundle's parity probe.
 
->>> from suffice.serving.cpu import CpuInfo
->>> amx = CpuInfo.from_flags("Xeon", {"avx2", "avx512_vnni", "amx_tile", "amx_bf16", "amx_int8"})
 On CPUs with bf16 units the int8 IR can also run with OpenVINO's bf16 precision hint around its int8
 layers (variant ``openvino-int8-bf16``: the float parts, such as the pooler, classifier, softmax and
 LayerNorm, in bf16); the runtime tries it only where export's int8 rule passed that combination
 (``parity.openvino_int8.bf16_hint``).
 
+>>> from suffice.serving.cpu import CpuInfo
+>>> amx = CpuInfo.from_flags("Xeon", {"avx2", "avx512_vnni", "amx_tile", "amx_bf16", "amx_int8"})
 >>> [v.name for v in rank_variants("model.onnx", "model.int8.onnx", amx, openvino=True, openvino_int8_model_file="model.int8.xml")]
 ['openvino-int8-bf16', 'openvino-int8', 'openvino-bf16', 'onnxruntime-int8', 'openvino-fp32', 'onnxruntime-fp32']
 """
