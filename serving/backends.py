@@ -73,8 +73,9 @@ def _speed_order(cpu: CpuInfo) -> list[tuple[str, str, str | None]]:
     threads, batch 1, 256 tokens, one run of benchmarks/bench_quantization.py,
     benchmarks/results/2026-11-28/int8_recipes.json) 13.6 ms against 16.6 for ONNX Runtime int8 and
     35.7 for ONNX Runtime fp32. With the bf16 hint around its int8 layers it took 12.8 ms in that run
-    but 14.4 vs 13.4 ms in the next (bench_scorer_ov_lean.json; 27.9 vs 31.5 ms at 512 tokens), and
-    export's rule refused it for the re-exported demo model (macro-F1 -0.85 point), so it is tried
+    but 14.4 vs 13.4 ms in the next (bench_scorer_ov_lean.json), and 7-10% faster interleaved at 256
+    and 512 tokens (15.4 vs 16.6, 32.7 vs 36.3 ms, busy; ov_lean_ab.json); export's rule
+    refused it for the re-exported demo model (macro-F1 -0.85 point), so it is tried
     first on CPUs with bf16 units only where the manifest records a pass; the f32-hint int8 comes
     next. On AMX it is ranked first
     unmeasured (AMX has int8 tiles; the issue's Sapphire Rapids table had OpenVINO bf16 at 9.4 ms vs
@@ -159,7 +160,8 @@ class OrtEngine:
 # OpenVINO compiles kernels and keeps memory for every input shape it meets (~2.5 MB per sequence length on
 # MiniLM-L6 int8: a process that met 140 lengths held 780 MB), so inputs are padded (attention mask 0, which
 # leaves the [CLS] logits unchanged) to a multiple of this many tokens: at most 8 shapes per batch size in a
-# 256-token window. 128/256/512-token inputs are not padded at all.
+# 256-token window. 128/256/512-token inputs are not padded at all; a padded shape costs 7-9% against an engine
+# that has already compiled the exact one, and a stream of new lengths ran 40% faster (ov_lean_ab.json).
 OPENVINO_LENGTH_BUCKET = 32
 
 
