@@ -97,6 +97,23 @@ def mixed_length_batch(model, budget_s: float, n: int = 32, seed: int = 0) -> di
     return out
 
 
+def varied_lengths_stream(runners: dict, names: list[str], n: int = 200, seed: int = 0) -> dict:
+    """Batch-1 calls at ``n`` lengths drawn from 16..256 tokens (a service's stream: most lengths new to the
+    engine), the runners interleaved call by call so that other load hits them alike: mean/p50/p95 ms each."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(16, 257, size=n)
+    ms: dict[str, list[float]] = {name: [] for name in names}
+    for L in lengths:
+        feeds = synthetic_feeds(int(L), 1)
+        for name in names:
+            t = time.perf_counter()
+            runners[name](feeds)
+            ms[name].append((time.perf_counter() - t) * 1e3)
+    return {"calls": n, "distinct_lengths": int(len(set(lengths.tolist()))),
+            **{name: {"mean_ms": round(float(np.mean(v)), 2), "p50_ms": round(float(np.percentile(v, 50)), 2),
+                      "p95_ms": round(float(np.percentile(v, 95)), 2)} for name, v in ms.items()}}
+
+
 def bundle_variants(bundle: Path, cpu, openvino: bool) -> list[tuple[str, str, str]]:
     """(name, backend, precision) of every variant the bundle holds that this machine can run."""
     m = json.loads((bundle / "suffice.json").read_text())
@@ -125,20 +142,32 @@ def gate_latency_128(bundle: str, variants: list[tuple[str, str, str]], threads:
     return out
 
 
-def rss_of_scorer(bundle: str, threads: int, precision: str, backend: str = "onnxruntime") -> dict:
+def rss_of_scorer(bundle: str, threads: int, precision: str, backend: str = "onnxruntime", lengths: int = 100) -> dict:
+    """Resident memory of a fresh process: after importing the serving package, after loading the scorer
+    (parity probe included), after 5 ``score()`` calls (``rss_mb``, the headline number) and after
+    ``lengths`` more calls on contexts of varied length (engines that keep memory per input shape grow here)."""
     code = f"""
-import json, resource
+import json
+def rss(): return next(int(l.split()[1]) / 1024 for l in open("/proc/self/status") if l.startswith("VmRSS"))
+out = {{}}
 from suffice.serving import SufficiencyScorer, ScorerConfig
+out["after_import_mb"] = rss()
 s = SufficiencyScorer.load({bundle!r}, ScorerConfig(precision={precision!r}, backend={backend!r}, intra_op_threads={threads}))
+out["after_load_mb"], out["variant"] = rss(), s.variant
 for _ in range(5): s.score("When did Chopin leave Warsaw?", ["Chopin left Warsaw in 1830. " * 30])
-rss = [l for l in open("/proc/self/status") if l.startswith(("VmRSS", "VmHWM"))]
-print(json.dumps({{l.split(":")[0]: int(l.split()[1]) / 1024 for l in rss}}))
+out["rss_mb"] = rss()
+words = "Chopin left Warsaw in 1830 shortly before the November Uprising and settled in Paris".split()
+for i in range({lengths}):
+    s.score("When did Chopin leave Warsaw?", [" ".join(words[j % len(words)] for j in range(5 + (i * 37) % 300))])
+out["after_{lengths}_lengths_mb"] = rss()
+out["peak_rss_mb"] = next(int(l.split()[1]) / 1024 for l in open("/proc/self/status") if l.startswith("VmHWM"))
+print(json.dumps(out))
 """
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     if p.returncode != 0:
         return {"error": p.stderr[-500:]}
     d = json.loads(p.stdout.strip().splitlines()[-1])
-    return {"rss_mb": round(d["VmRSS"], 1), "peak_rss_mb": round(d["VmHWM"], 1)}
+    return {k: (round(v, 1) if isinstance(v, float) else v) for k, v in d.items()}
 
 
 def rss_of_torch(model_dir: str, threads: int) -> dict:
@@ -189,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-memory", action="store_true", help="skip the resident-memory subprocesses")
     ap.add_argument("--no-mixed", action="store_true", help="skip the mixed-length batch cell")
     ap.add_argument("--no-openvino", action="store_true", help="skip the OpenVINO variants even where openvino is installed")
+    ap.add_argument("--openvino-plain", action="store_true",
+                    help="also time the OpenVINO int8 IR on the plain engine (no int8 embedding rewrite, no length buckets)")
     ap.add_argument("--gate-bundle", help="a retrieval-gate bundle: time decide() at 128 tokens with each of its variants")
     args = ap.parse_args(argv)
 
@@ -208,10 +239,30 @@ def main(argv: list[str] | None = None) -> int:
     variants = bundle_variants(bundle, cpu, with_ov)
     for name, backend, prec in variants:
         s = SufficiencyScorer.load(bundle, ScorerConfig(backend=backend, precision=prec, intra_op_threads=args.threads))
-        if s.variant != f"{backend}-{prec}":  # the parity probe refused it: say so, time what serving would run
+        if not s.variant.startswith(f"{backend}-{prec}"):  # the parity probe refused it: say so, time what serving would run
             print(f"{name}: not used on this CPU ({s.describe()['rejected_variants']})", flush=True)
         runners[name] = (lambda m: (lambda f: m.run(f)))(s._model)
         loaded[name] = s.describe()
+    if with_ov and cpu.bf16 and any(name == "openvino_int8" for name, _, _ in variants):
+        # the int8 IR with the bf16 hint around its int8 layers, timed whatever export's rule said about it
+        from suffice.serving.backends import OpenVinoEngine
+        from suffice.serving.bundle import read_manifest
+        from suffice.serving.runtime import openvino_int8_bf16_passed
+
+        m = read_manifest(bundle)
+        runners["openvino_int8_bf16_hint"] = OpenVinoEngine(bundle / m.openvino_int8_model_file, "int8", args.threads, hint="bf16").run
+        loaded["openvino_int8_bf16_hint"] = {"variant": "openvino-int8-bf16", "probe": None,
+                                             "rejected_variants": [] if openvino_int8_bf16_passed(m) else
+                                             [{"variant": "openvino-int8-bf16", "reason": "export's int8 rule did not pass it: "
+                                               + str((m.parity.get("openvino_int8") or {}).get("bf16_hint", "not checked (older bundle)"))}]}
+    if with_ov and args.openvino_plain and any(name == "openvino_int8" for name, _, _ in variants):
+        # the engine before the lean defaults (fp32 copy of the int8 embeddings, no length buckets): what they cost
+        from suffice.serving.backends import OpenVinoEngine
+        from suffice.serving.bundle import read_manifest
+
+        plain = OpenVinoEngine(bundle / read_manifest(bundle).openvino_int8_model_file, "int8", args.threads, length_bucket=0, keep_int8=False)
+        runners["openvino_int8_plain"] = plain.run
+        loaded["openvino_int8_plain"] = {"variant": "openvino-int8 (plain engine)", "probe": None, "rejected_variants": []}
     for spec in args.extra_onnx:
         name, path = spec.split("=", 1)
         so = ort.SessionOptions()
@@ -255,6 +306,9 @@ def main(argv: list[str] | None = None) -> int:
             results["cells"].append(row)
             print(json.dumps({k: (v.get("p50_ms", v) if isinstance(v, dict) else v) for k, v in row.items()}), flush=True)
 
+    if "openvino_int8_plain" in runners:
+        results["varied_lengths_stream"] = varied_lengths_stream(runners, ["openvino_int8", "openvino_int8_plain"])
+        print(json.dumps({"varied_lengths_stream": results["varied_lengths_stream"]}), flush=True)
     scorer = SufficiencyScorer.load(bundle, ScorerConfig(intra_op_threads=args.threads))
     results["auto_variant"] = scorer.variant
     if not args.no_mixed:

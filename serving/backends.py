@@ -7,14 +7,20 @@ in fp32, or in bf16 on CPUs with AMX or AVX-512 BF16. :func:`rank_variants` orde
 fastest first, from the CPU's ISA class (``suffice.serving.cpu``), not from a timing race at
 start-up; the runtime takes the first variant that reproduces the bundle's parity probe.
 
+On CPUs with bf16 units the int8 IR can also run with OpenVINO's bf16 precision hint around its int8
+layers (variant ``openvino-int8-bf16``: the float parts, such as the pooler, classifier, softmax and
+LayerNorm, in bf16); the runtime tries it only where export's int8 rule passed that combination
+(``parity.openvino_int8.bf16_hint``).
+
 >>> from suffice.serving.cpu import CpuInfo
 >>> amx = CpuInfo.from_flags("Xeon", {"avx2", "avx512_vnni", "amx_tile", "amx_bf16", "amx_int8"})
 >>> [v.name for v in rank_variants("model.onnx", "model.int8.onnx", amx, openvino=True, openvino_int8_model_file="model.int8.xml")]
-['openvino-int8', 'openvino-bf16', 'onnxruntime-int8', 'openvino-fp32', 'onnxruntime-fp32']
+['openvino-int8-bf16', 'openvino-int8', 'openvino-bf16', 'onnxruntime-int8', 'openvino-fp32', 'onnxruntime-fp32']
 """
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 import threading
 from dataclasses import dataclass
@@ -37,30 +43,43 @@ class BackendUnavailableError(ImportError):
 
 @dataclass(frozen=True)
 class Variant:
-    """One way to run a bundle: an engine, a precision and the bundle file it reads."""
+    """One way to run a bundle: an engine, a precision and the bundle file it reads.
+
+    hint: OpenVINO's inference precision around an int8 model's int8 layers (``bf16``), or None (f32).
+    """
 
     backend: str
     precision: str
     model_file: str
+    hint: str | None = None
 
     @property
     def name(self) -> str:
-        return f"{self.backend}-{self.precision}"
+        return f"{self.backend}-{self.precision}" + (f"-{self.hint}" if self.hint else "")
 
 
 def openvino_available() -> bool:
     return importlib.util.find_spec("openvino") is not None
 
 
-def _speed_order(cpu: CpuInfo) -> list[tuple[str, str]]:
-    """(backend, precision) fastest first for a CPU.
+OV_INT8_BF16 = (OPENVINO, "int8", "bf16")  # the int8 IR with the bf16 hint around its int8 layers
+
+
+def _speed_order(cpu: CpuInfo) -> list[tuple[str, str, str | None]]:
+    """(backend, precision, hint) fastest first for a CPU.
 
     OpenVINO int8 (the bundle's NNCF model, where export made one that passed the int8 rule) comes
     first on CPUs with int8 dot products: on the idle-ish AMD EPYC (AVX-512 VNNI + BF16, no AMX; 2
     threads, batch 1, 256 tokens, one run of benchmarks/bench_quantization.py,
     benchmarks/results/2026-11-28/int8_recipes.json) 13.6 ms against 16.6 for ONNX Runtime int8 and
-    35.7 for ONNX Runtime fp32. On AMX it is ranked first unmeasured (AMX has int8 tiles; the issue's
-    Sapphire Rapids table had OpenVINO bf16 at 9.4 ms vs ONNX Runtime int8 13.7), OpenVINO bf16 next.
+    35.7 for ONNX Runtime fp32. With the bf16 hint around its int8 layers it took 12.8 ms in that run
+    but 14.4 vs 13.4 ms in the next (bench_scorer_ov_lean.json), and 7-10% faster interleaved at 256
+    and 512 tokens (15.4 vs 16.6, 32.7 vs 36.3 ms, busy; ov_lean_ab.json); export's rule
+    refused it for the re-exported demo model (macro-F1 -0.85 point), so it is tried
+    first on CPUs with bf16 units only where the manifest records a pass; the f32-hint int8 comes
+    next. On AMX it is ranked first
+    unmeasured (AMX has int8 tiles; the issue's Sapphire Rapids table had OpenVINO bf16 at 9.4 ms vs
+    ONNX Runtime int8 13.7), OpenVINO bf16 next.
     With AVX-512 BF16 but no AMX (Zen 4, this project's AMD EPYC) ONNX Runtime int8 is next and
     OpenVINO bf16 after it, ahead of both fp32 engines: measured on the idle EPYC
     (bench_scorer_idle.json) int8 8.4 / 18.7 / 43.5 ms vs bf16 10.4 / 20.0 / 44.0 ms at 128 / 256 / 512
@@ -68,22 +87,26 @@ def _speed_order(cpu: CpuInfo) -> list[tuple[str, str]]:
     int8 with reduce_range weights stays first. OpenVINO fp32 beat ONNX Runtime fp32 by 1.06-1.12x on
     the idle EPYC. Every variant must still reproduce the bundle's parity probe on the serving CPU.
     """
+    ov_int8, ort_int8 = (OPENVINO, "int8", None), (ONNXRUNTIME, "int8", None)
+    ov_bf16, ov_fp32, ort_fp32 = (OPENVINO, "bf16", None), (OPENVINO, "fp32", None), (ONNXRUNTIME, "fp32", None)
     if cpu.isa_class == AMX and cpu.bf16:
-        return [(OPENVINO, "int8"), (OPENVINO, "bf16"), (ONNXRUNTIME, "int8"), (OPENVINO, "fp32"), (ONNXRUNTIME, "fp32")]
+        return [OV_INT8_BF16, ov_int8, ov_bf16, ort_int8, ov_fp32, ort_fp32]
     if cpu.bf16:
-        return [(OPENVINO, "int8"), (ONNXRUNTIME, "int8"), (OPENVINO, "bf16"), (OPENVINO, "fp32"), (ONNXRUNTIME, "fp32")]
+        return [OV_INT8_BF16, ov_int8, ort_int8, ov_bf16, ov_fp32, ort_fp32]
     if cpu.isa_class in (AMX, AVX512_VNNI):
-        return [(OPENVINO, "int8"), (ONNXRUNTIME, "int8"), (OPENVINO, "fp32"), (ONNXRUNTIME, "fp32")]
+        return [ov_int8, ort_int8, ov_fp32, ort_fp32]
     if cpu.isa_class == AVX2:
-        return [(ONNXRUNTIME, "int8"), (OPENVINO, "int8"), (OPENVINO, "fp32"), (ONNXRUNTIME, "fp32")]
-    return [(ONNXRUNTIME, "int8"), (ONNXRUNTIME, "fp32"), (OPENVINO, "int8"), (OPENVINO, "fp32")]
+        return [ort_int8, ov_int8, ov_fp32, ort_fp32]
+    return [ort_int8, ort_fp32, ov_int8, ov_fp32]
 
 
 def rank_variants(model_file: str, int8_model_file: str | None, cpu: CpuInfo, *, backend: str = "auto",
                   precision: str = "auto", openvino: bool | None = None,
-                  openvino_int8_model_file: str | None = None) -> list[Variant]:
+                  openvino_int8_model_file: str | None = None, openvino_int8_bf16: bool = True) -> list[Variant]:
     """The variants to try, fastest first: what the bundle holds, the CPU supports and the config allows.
 
+    ``openvino_int8_bf16``: whether export's int8 rule passed the int8 IR with the bf16 hint (the
+    manifest's ``parity.openvino_int8.bf16_hint``); when False ``openvino-int8-bf16`` is never tried.
     Raises :class:`BackendUnavailableError` when ``backend='openvino'`` is asked for but not installed,
     ``ValueError`` when nothing is left (e.g. ``precision='bf16'`` on a CPU without bf16 units).
     """
@@ -97,13 +120,13 @@ def rank_variants(model_file: str, int8_model_file: str | None, cpu: CpuInfo, *,
     files = {(ONNXRUNTIME, "fp32"): model_file, (ONNXRUNTIME, "int8"): int8_model_file, (OPENVINO, "fp32"): model_file,
              (OPENVINO, "bf16"): model_file, (OPENVINO, "int8"): openvino_int8_model_file}
     out = []
-    for be, prec in _speed_order(cpu):
+    for be, prec, hint in _speed_order(cpu):
         if (backend != "auto" and be != backend) or (precision != "auto" and prec != precision):
             continue
-        if be == OPENVINO and not has_ov:
+        if (be == OPENVINO and not has_ov) or ((be, prec, hint) == OV_INT8_BF16 and not openvino_int8_bf16):
             continue
         if files[(be, prec)]:
-            out.append(Variant(be, prec, files[(be, prec)]))
+            out.append(Variant(be, prec, files[(be, prec)], hint))
     if not out:
         why = (f"the bundle has no int8 model (use precision='fp32' or 'auto', or re-export with quantisation)" if precision == "int8"
                else f"{cpu.describe()} has no bf16 units (AMX or AVX-512 BF16) or OpenVINO is missing ({OPENVINO_INSTALL})" if precision == "bf16"
@@ -134,34 +157,111 @@ class OrtEngine:
         return self.session.run([self.output_name], {n: feeds[n] for n in self.input_names})[0]
 
 
-class OpenVinoEngine:
-    """An OpenVINO CPU model compiled from ``model.onnx``; ``bf16`` sets INFERENCE_PRECISION_HINT.
+# OpenVINO compiles kernels and keeps memory for every input shape it meets (~2.5 MB per sequence length on
+# MiniLM-L6 int8: a process that met 140 lengths held 780 MB), so inputs are padded (attention mask 0, which
+# leaves the [CLS] logits unchanged) to a multiple of this many tokens: at most 8 shapes per batch size in a
+# 256-token window. 128/256/512-token inputs are not padded at all; a padded shape costs 7-9% against an engine
+# that has already compiled the exact one, and a stream of new lengths ran 40% faster (ov_lean_ab.json).
+OPENVINO_LENGTH_BUCKET = 32
 
-    One infer request per thread (an OpenVINO request is not thread-safe; the compiled model is).
+
+def keep_int8_tables(model) -> int:
+    """Rewrite ``Gather(Convert(int8 table) * scale, ids)`` as ``Convert(Gather(int8 table, ids)) * Gather(scale, ids)``.
+
+    NNCF stores the embedding tables int8 with a per-row scale; the CPU plugin folds the dequantisation
+    into an fp32 copy at compile (47 MB for MiniLM's word embeddings). Gathering the int8 rows first
+    gives the same numbers (the same int8 value times the same scale) without that copy. Returns how
+    many Gathers were rewritten; other graphs are left as they are.
+    """
+    import openvino as ov
+    import openvino.opset13 as ops
+
+    done = 0
+    for gather in model.get_ordered_ops():
+        if gather.get_type_name() != "Gather" or gather.input_value(0).get_node().get_type_name() != "Multiply":
+            continue
+        mul, axis = gather.input_value(0).get_node(), gather.input_value(2).get_node()
+        convert, scale = (mul.input_value(i).get_node() for i in (0, 1))
+        if convert.get_type_name() != "Convert":
+            convert, scale = scale, convert
+        if convert.get_type_name() != "Convert" or scale.get_type_name() != "Constant" or axis.get_type_name() != "Constant":
+            continue
+        table = convert.input_value(0).get_node()
+        if table.get_type_name() != "Constant" or table.get_output_element_type(0) not in (ov.Type.i8, ov.Type.u8):
+            continue
+        rows, scale_shape = list(table.get_output_shape(0)), list(scale.get_output_shape(0))
+        if len(rows) != 2 or int(axis.get_data().reshape(-1)[0]) % 2 != 0 or gather.get_batch_dims() != 0:
+            continue
+        if scale_shape == [rows[0], 1]:
+            row_scale = ops.gather(scale.output(0), gather.input_value(1), axis.output(0))
+        elif int(np.prod(scale_shape)) == 1:
+            row_scale = scale.output(0)
+        else:
+            continue
+        picked = ops.convert(ops.gather(table.output(0), gather.input_value(1), axis.output(0)), convert.get_output_element_type(0))
+        out = ops.multiply(picked, row_scale)
+        out.set_friendly_name(gather.get_friendly_name())
+        gather.output(0).replace(out.output(0))
+        done += 1
+    return done
+
+
+def trim_heap() -> None:
+    """Hand freed heap pages back to the OS (glibc ``malloc_trim``); a no-op where libc has no such call.
+
+    Compiling and the parity probe leave tens of MB freed but still resident (31 MB after loading an
+    OpenVINO int8 scorer); a long-lived service should not carry them.
+    """
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError, TypeError):  # not glibc (macOS, musl, Windows): nothing to trim
+        return
+
+
+class OpenVinoEngine:
+    """An OpenVINO CPU model compiled from ``model.onnx`` or the int8 IR.
+
+    ``precision`` ``bf16`` (or ``hint`` ``bf16`` for the int8 IR) sets INFERENCE_PRECISION_HINT to bf16.
+    Embedding tables stay int8 (:func:`keep_int8_tables`) and inputs are padded to a multiple of
+    ``length_bucket`` tokens (:data:`OPENVINO_LENGTH_BUCKET`; 0 or 1 = no padding), which keeps the
+    memory of a long-lived process bounded (``keep_int8=False``, ``length_bucket=0``: the plain engine,
+    for benchmarks). One infer request per thread (an OpenVINO request is not
+    thread-safe; the compiled model is).
     """
 
-    def __init__(self, path: Path, precision: str = "fp32", threads: int = 0):
+    def __init__(self, path: Path, precision: str = "fp32", threads: int = 0, hint: str | None = None,
+                 length_bucket: int = OPENVINO_LENGTH_BUCKET, keep_int8: bool = True):
         try:
             import openvino as ov
         except ImportError as e:
             raise BackendUnavailableError(f"OpenVINO is not installed ({e}): {OPENVINO_INSTALL}") from e
         core = ov.Core()
-        config: dict[str, object] = {"INFERENCE_PRECISION_HINT": "bf16" if precision == "bf16" else "f32",
+        config: dict[str, object] = {"INFERENCE_PRECISION_HINT": "bf16" if "bf16" in (precision, hint) else "f32",
                                      "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1}
         if threads:
             config["INFERENCE_NUM_THREADS"] = threads
-        self.compiled = core.compile_model(core.read_model(str(path)), "CPU", config)
+        model = core.read_model(str(path))
+        if keep_int8:
+            keep_int8_tables(model)
+        self.compiled = core.compile_model(model, "CPU", config)
+        del model
         self.input_names = [i.get_any_name() for i in self.compiled.inputs]
         shape = self.compiled.outputs[0].get_partial_shape()
         last = shape[shape.rank.get_length() - 1]
         self.num_outputs = last.get_length() if last.is_static else None
+        self.length_bucket = length_bucket
         self._local = threading.local()
 
     def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
         req = getattr(self._local, "request", None)
         if req is None:
             req = self._local.request = self.compiled.create_infer_request()
-        req.infer({n: feeds[n] for n in self.input_names})
+        feeds = {n: feeds[n] for n in self.input_names}
+        length = feeds[self.input_names[0]].shape[1]
+        pad = -length % self.length_bucket if self.length_bucket > 1 and "attention_mask" in feeds else 0
+        if pad:
+            feeds = {n: np.pad(a, ((0, 0), (0, pad))) for n, a in feeds.items()}
+        req.infer(feeds)
         return np.array(req.get_output_tensor(0).data, dtype=np.float32, copy=True)
 
 
@@ -169,7 +269,7 @@ def open_engine(root: Path, variant: Variant, intra_op_threads: int = 0, inter_o
     """Open the engine for one variant of the bundle at ``root``."""
     path = root / variant.model_file
     if variant.backend == OPENVINO:
-        return OpenVinoEngine(path, variant.precision, intra_op_threads)
+        return OpenVinoEngine(path, variant.precision, intra_op_threads, hint=variant.hint)
     return OrtEngine(path, intra_op_threads, inter_op_threads)
 
 

@@ -38,8 +38,8 @@ def test_auto_ranks_the_variants_by_isa_class(flags, openvino, want):
 
 
 @pytest.mark.parametrize("flags, want", [
-    (AMX, ["openvino-int8", "openvino-bf16", "onnxruntime-int8", "openvino-fp32", "onnxruntime-fp32"]),
-    (VNNI_BF16, ["openvino-int8", "onnxruntime-int8", "openvino-bf16", "openvino-fp32", "onnxruntime-fp32"]),
+    (AMX, ["openvino-int8-bf16", "openvino-int8", "openvino-bf16", "onnxruntime-int8", "openvino-fp32", "onnxruntime-fp32"]),
+    (VNNI_BF16, ["openvino-int8-bf16", "openvino-int8", "onnxruntime-int8", "openvino-bf16", "openvino-fp32", "onnxruntime-fp32"]),
     (VNNI, ["openvino-int8", "onnxruntime-int8", "openvino-fp32", "onnxruntime-fp32"]),
     (AVX2, ["onnxruntime-int8", "openvino-int8", "openvino-fp32", "onnxruntime-fp32"]),
 ])
@@ -53,7 +53,14 @@ def test_openvino_int8_ranks_by_isa_class(flags, want):
     assert "openvino-int8" not in [v.name for v in rank_variants("model.onnx", "model.int8.onnx", cpu(flags), openvino=False,
                                                                    openvino_int8_model_file="model.int8.xml")]
     only = rank_variants("model.onnx", None, cpu(flags), openvino=True, precision="int8", openvino_int8_model_file="model.int8.xml")
-    assert [v.name for v in only] == ["openvino-int8"]
+    assert [v.name for v in only] == [v for v in want if v.startswith("openvino-int8")]
+    # export's int8 rule refused (or never checked) the bf16 hint: that variant is not a candidate
+    refused = rank_variants("model.onnx", "model.int8.onnx", cpu(flags), openvino=True, openvino_int8_model_file="model.int8.xml",
+                            openvino_int8_bf16=False)
+    assert [v.name for v in refused] == [v for v in want if v != "openvino-int8-bf16"]
+    hinted = [v for v in ranked if v.hint]
+    assert [(v.backend, v.precision, v.model_file, v.hint) for v in hinted] == (
+        [("openvino", "int8", "model.int8.xml", "bf16")] if cpu(flags).bf16 else [])
 
 
 def test_filters_and_bundles_without_int8():
@@ -177,7 +184,12 @@ def test_openvino_bf16_on_a_bf16_cpu_is_probe_checked(bundles, openvino):
     d = s.describe()
     # a variant runs when it reproduces the probe; otherwise it is skipped with the numbers and the next one runs
     tried = [r["variant"] for r in d["rejected_variants"]] + [s.variant]
-    order = [v for v in ("openvino-int8", "openvino-bf16", "openvino-fp32") if v != "openvino-int8" or _has_ov_int8(bundles[0])]
+    from suffice.serving.bundle import read_manifest
+    from suffice.serving.runtime import openvino_int8_bf16_passed
+
+    hinted = openvino_int8_bf16_passed(read_manifest(bundles[0]))
+    order = [v for v in ("openvino-int8-bf16", "openvino-int8", "openvino-bf16", "openvino-fp32")
+             if (v != "openvino-int8" or _has_ov_int8(bundles[0])) and (v != "openvino-int8-bf16" or hinted)]
     assert tried == order[: len(tried)] and d["probe"]["ok"]
     assert all("parity probe" in r["reason"] for r in d["rejected_variants"])
     assert s.score("Where is the Eiffel Tower?", ["The Eiffel Tower is in Paris."]).level

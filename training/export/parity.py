@@ -91,10 +91,27 @@ def check_parity(merged: Path, bundle: Path, packed: Sequence[Any], pad_id: int,
 def openvino_int8_parity(path: Path, batches: Sequence[dict[str, np.ndarray]], fp32_all: np.ndarray, labels: Sequence[int | None],
                          meta: ModelMeta, pc: ParityConfig) -> dict[str, Any]:
     """The int8 rule for the OpenVINO int8 model, run by the serving engine: a dict with ``passed`` and, when it
-    fails, ``refused`` (the reason); never raises for a parity failure (the bundle then ships without it)."""
+    fails, ``refused`` (the reason); never raises for a parity failure (the bundle then ships without it).
+
+    When it passes and this CPU has bf16 units, the same rule is applied to the IR run with OpenVINO's bf16
+    hint around its int8 layers; the verdict goes in ``bf16_hint`` and serving tries ``openvino-int8-bf16``
+    only where it passed (a CPU without bf16 units records why it was not checked).
+    """
+    from suffice.serving.cpu import detect
+
+    out = _openvino_rule(path, None, batches, fp32_all, labels, meta, pc)
+    if out["passed"]:
+        cpu = detect()
+        out["bf16_hint"] = (_openvino_rule(path, "bf16", batches, fp32_all, labels, meta, pc) if cpu.bf16 else
+                            {"passed": False, "refused": f"not checked: the exporting CPU ({cpu.describe()}) has no bf16 units"})
+    return out
+
+
+def _openvino_rule(path: Path, hint: str | None, batches: Sequence[dict[str, np.ndarray]], fp32_all: np.ndarray,
+                   labels: Sequence[int | None], meta: ModelMeta, pc: ParityConfig) -> dict[str, Any]:
     from suffice.serving.backends import OpenVinoEngine
 
-    engine = OpenVinoEngine(path, "int8")
+    engine = OpenVinoEngine(path, "int8", hint=hint)
     ov_all = np.concatenate([engine.run(b) for b in batches])
     out: dict[str, Any] = {"items": int(len(ov_all)), "max_abs_logit_diff": float(np.abs(ov_all - fp32_all).max())}
     try:
@@ -108,7 +125,8 @@ def openvino_int8_parity(path: Path, batches: Sequence[dict[str, np.ndarray]], f
                                   tolerance=1 - pc.min_agreement)
         out.update({k.replace("int8_", "", 1) if k.startswith("int8_") else k: v for k, v in rep.items()}, passed=True)
     except ParityError as e:
-        out.update(passed=False, refused=f"{e.check}: {e}".replace("leave ONNX Runtime int8 out with --no-quantize", "left out of the bundle"))
+        left_out = "not used by serving" if hint else "left out of the bundle"
+        out.update(passed=False, refused=f"{e.check}: {e}".replace("leave ONNX Runtime int8 out with --no-quantize", left_out))
     return out
 
 
