@@ -94,3 +94,26 @@ def test_bench_calibration_runs_on_a_tiny_model(platt_model, tmp_path):
     assert r["comparison"]["selected"] in r["comparison"]["variants"] and r["n_validation"] == 4 and r["n_test"] == 4
     assert (tmp_path / "cache" / platt_model.name / "test.npz").is_file()
     assert "Selected on validation" in (out / "calibration.md").read_text()
+
+
+def test_training_with_balanced_platt_ships_it_to_the_bundle(tiny_bert, tmp_path):
+    from suffice.serving import ScorerConfig, SufficiencyScorer
+    from suffice.serving.bundle import read_manifest
+    from suffice.training.fit.config import build_train_config
+    from suffice.training.fit.run import run
+
+    out = tmp_path / "trained"
+    cfg = build_train_config(None, [f"--train_file={REPO / 'tests/fixtures/train20.jsonl'}", f"--base_model={tiny_bert}",
+                                    f"--output_dir={out}", "--max_length=64", "--per_device_train_batch_size=4", "--num_train_epochs=1",
+                                    "--lora.r=4", "--lora.alpha=8", "--torch_threads=1", "--export", "--tracking.enabled=false",
+                                    "--baselines=[]", "--calibration.method=platt", "--calibration.pool=source_balanced"])
+    run(cfg)
+    meta = json.loads((out / "suffice_model.json").read_text())
+    assert meta["calibration"]["method"] == "platt" and meta["calibration"]["pool"] == "source_balanced"
+    a, b = meta["calibration"]["platt"]["a"], meta["calibration"]["platt"]["b"]
+    m = read_manifest(out / "bundle")
+    assert m.calibration == {"method": "platt", "platt": {"a": a, "b": b}}
+    pairs = [(q, p) for q, p, _ in ITEMS]
+    z = _torch_logits(out, pairs)
+    got = SufficiencyScorer.load(out / "bundle", ScorerConfig(precision="fp32")).score_batch([q for q, _ in pairs], [p for _, p in pairs])
+    np.testing.assert_allclose([r.score for r in got], 1 / (1 + np.exp(-(a * (z[:, 1] - z[:, 0]) + b))), atol=1e-4)
