@@ -75,9 +75,14 @@ def source_table(scores: np.ndarray, labels: np.ndarray, sources: Sequence[str],
     return out
 
 
+def real_eces(table: Mapping[str, Mapping[str, Any]]) -> list[float]:
+    """The per-source ECEs of the real sources (``overall`` left out)."""
+    return [float(m["ece"]) for s, m in table.items() if s != "overall" and is_real(s) and m["ece"] is not None and np.isfinite(m["ece"])]
+
+
 def worst_real_ece(table: Mapping[str, Mapping[str, Any]]) -> float:
-    """The largest per-source ECE over the real sources (``overall`` left out)."""
-    values = [m["ece"] for s, m in table.items() if s != "overall" and is_real(s) and m["ece"] is not None and np.isfinite(m["ece"])]
+    """The largest per-source ECE over the real sources: what "ECE <= 0.05 on each source" is read against."""
+    values = real_eces(table)
     return float(max(values)) if values else float("nan")
 
 
@@ -99,6 +104,7 @@ def compare_variants(val: Mapping[str, Any], test: Mapping[str, Any] | None, pos
         row: dict[str, Any] = {"pool": pool, "method": method, "calibration": cal.to_record(),
                                "validation": source_table(cal.scores(val["logits"], positive_index), val["labels"], val["sources"], ece_bins)}
         row["validation_worst_real_ece"] = worst_real_ece(row["validation"])
+        row["validation_mean_real_ece"] = float(np.mean(real_eces(row["validation"]) or [np.nan]))
         if test is not None:
             row["test"] = source_table(cal.scores(test["logits"], positive_index), test["labels"], test["sources"], ece_bins)
             row["test_worst_real_ece"] = worst_real_ece(row["test"])
@@ -178,6 +184,33 @@ def score_model(model_dir: Path, prepared_dirs: Sequence[Path], batch_size: int 
     return out
 
 
+def npz_runs(path: Path) -> dict[str, dict[str, Any]]:
+    """Runs of a GPU sweep's returned logits (``benchmarks/student_sweep/``: ``val_label``, ``val_source``,
+    ``<run>__val__<epoch>``...), each at the epoch ``student_sweep/report.py`` selects: the best mean
+    validation macro-F1 over sources at the raw 0.5 decision (validation only)."""
+    from suffice.serving.calibration import softmax
+
+    z = np.load(path)
+    val_y, test_y = z["val_label"].astype(int), z["test_label"].astype(int)
+    val_s, test_s = [str(x) for x in z["val_source"]], [str(x) for x in z["test_source"]]
+    epochs: dict[str, dict[int, dict[str, np.ndarray]]] = {}
+    for k in z.files:
+        if k.count("__") == 2:
+            name, split, ep = k.split("__")
+            epochs.setdefault(name, {}).setdefault(int(ep), {})[split] = z[k].astype(np.float64)
+
+    def val_mean(logits: np.ndarray) -> float:
+        table = source_table(softmax(logits)[:, 1], val_y, val_s, 15)
+        return float(np.mean([m["macro_f1"] for s, m in table.items() if s != "overall"]))
+
+    out = {}
+    for name, by_epoch in epochs.items():
+        best = max(by_epoch, key=lambda ep: val_mean(by_epoch[ep]["val"]))
+        out[name] = {"epoch": best, "validation": {"logits": by_epoch[best]["val"], "labels": val_y, "sources": val_s},
+                     "test": {"logits": by_epoch[best]["test"], "labels": test_y, "sources": test_s}}
+    return out
+
+
 def machine() -> dict[str, Any]:
     from suffice.serving.cpu import detect
 
@@ -199,12 +232,13 @@ def markdown(results: Sequence[Mapping[str, Any]]) -> str:
     for r in results:
         cmp_, mach = r["comparison"], r["machine"]
         test_sources = sorted(s for s in next(iter(cmp_["variants"].values())).get("test", {}) if s != "overall")
-        lines += [f"## {Path(r['model_dir']).name} (run {r.get('run_id') or '-'}; {r['n_validation']} validation / {r['n_test']} test "
-                  f"items; data hash matches the model's: {r['data_hash_matches_model']})\n",
-                  f"`{r['command']}`: {mach['cpu_model']}, {mach['isa']}; busy (shared 2-core machine, load average "
+        where = (f"run {r.get('run_id') or '-'}; data hash matches the model's: {r['data_hash_matches_model']}" if "model_dir" in r
+                 else f"GPU sweep logits {r['logits_npz']}, validation-selected epoch {r['epoch']}")
+        lines += [f"## {r['name']} ({where}; {r['n_validation']} validation / {r['n_test']} test items)\n",
+                  f"`{r['command']}`: {mach['isa']}; busy (shared 2-core machine, load average "
                   f"{mach['load_average'][0]:.1f} at start).\n",
                   f"Selected on validation: **{cmp_['selected']}**.\n",
-                  "| variant | fitted | val worst real ECE | " + " | ".join(f"test ECE {s}" for s in test_sources)
+                  "| variant | fitted | val ECE worst / mean (real sources) | " + " | ".join(f"test ECE {s}" for s in test_sources)
                   + " | test macro-F1 | test cov@0.8 | test prec@0.8 |",
                   "|---|---|---|" + "---|" * len(test_sources) + "---|---|---|"]
         for name, v in cmp_["variants"].items():
@@ -212,7 +246,7 @@ def markdown(results: Sequence[Mapping[str, Any]]) -> str:
             params = f"T={c['temperature']:.3f}" if c["method"] == "temperature" else f"a={c['platt']['a']:.3f} b={c['platt']['b']:.3f}"
             t = v.get("test") or {}
             mark = " (selected)" if name == cmp_["selected"] else ""
-            lines.append(f"| {name}{mark} | {params} | {_f(v['validation_worst_real_ece'])} | "
+            lines.append(f"| {name}{mark} | {params} | {_f(v['validation_worst_real_ece'])} / {_f(v.get('validation_mean_real_ece'))} | "
                          + " | ".join(_f(t.get(s, {}).get("ece")) for s in test_sources)
                          + f" | {_f(t.get('overall', {}).get('macro_f1'))} | {_f(t.get('overall', {}).get('coverage_at_sufficient'))}"
                          f" | {_f(t.get('overall', {}).get('precision_at_sufficient'))} |")
@@ -222,7 +256,9 @@ def markdown(results: Sequence[Mapping[str, Any]]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model-dir", action="append", required=True, help="trained-model directory (suffice_model.json); repeat for more")
+    ap.add_argument("--model-dir", action="append", default=[], help="trained-model directory (suffice_model.json); repeat for more")
+    ap.add_argument("--logits-npz", action="append", default=[],
+                    help="a GPU sweep's returned logits (benchmarks/student_sweep/ format): every run in it, at its validation-selected epoch")
     ap.add_argument("--prepared-dir", action="append", default=[], help="folders holding prepared datasets (<dir>/<name>/manifest.json)")
     ap.add_argument("--out", default="benchmarks/results/2026-11-28", help="where calibration-<model>.json and calibration.md go")
     ap.add_argument("--batch-size", type=int, default=64)
@@ -243,9 +279,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         r.update(command=command, machine=mach, comparison=cmp_, n_validation=len(scored["validation"]["labels"]),
                  n_test=len(scored["test"]["labels"]) if scored["test"] else 0,
                  scoring_seconds={s: scored[s]["scoring_seconds"] for s in ("validation", "test") if scored[s]})
+        r["name"] = Path(d).name
         (out / f"calibration-{Path(d).name}.json").write_text(json.dumps(json_safe(r), indent=2) + "\n")
         print(f"{d}: stored calibration {scored['stored_calibration']}; selected {cmp_['selected']}; " + ", ".join(f"{n}: val worst real ECE {v['validation_worst_real_ece']:.3f}"
                                                            for n, v in cmp_["variants"].items()), flush=True)
+    for f in args.logits_npz:
+        for name, run in npz_runs(Path(f)).items():
+            cmp_ = compare_variants(run["validation"], run["test"])
+            r = {"name": name, "logits_npz": str(f), "epoch": run["epoch"], "command": command, "machine": machine(), "comparison": cmp_,
+                 "n_validation": len(run["validation"]["labels"]), "n_test": len(run["test"]["labels"])}
+            (out / f"calibration-{name}.json").write_text(json.dumps(json_safe(r), indent=2) + "\n")
+            print(f"{name} (epoch {run['epoch']}): selected {cmp_['selected']}; " + ", ".join(
+                f"{n}: val worst real ECE {v['validation_worst_real_ece']:.3f}" for n, v in cmp_["variants"].items()), flush=True)
+    if not (args.model_dir or args.logits_npz):
+        ap.error("give at least one --model-dir or --logits-npz")
     # every model measured into this folder so far, this run's and earlier ones'
     results = [json.loads(p.read_text()) for p in sorted(out.glob("calibration-*.json"))]
     (out / "calibration.md").write_text(markdown(results))
