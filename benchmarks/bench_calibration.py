@@ -52,7 +52,8 @@ def is_real(source: str) -> bool:
 
 def source_table(scores: np.ndarray, labels: np.ndarray, sources: Sequence[str], ece_bins: int,
                  sufficient: float = SUFFICIENT) -> dict[str, dict[str, float]]:
-    """Per source and ``overall``: n, ECE, macro-F1 at 0.5, AUROC, coverage / precision at ``sufficient``.
+    """Per source and ``overall``: n, ECE, macro-F1 at 0.5, AUROC, mean score and positive rate, coverage /
+    precision at ``sufficient``.
 
     >>> t = source_table(np.array([0.9, 0.2, 0.85, 0.4]), np.array([1, 0, 0, 1]), ["a", "a", "b", "b"], 15)
     >>> t["a"]["macro_f1"], t["b"]["coverage_at_sufficient"], t["overall"]["precision_at_sufficient"]
@@ -70,7 +71,9 @@ def source_table(scores: np.ndarray, labels: np.ndarray, sources: Sequence[str],
     for name, m in table.items():
         sel = np.ones(len(src), dtype=bool) if name == "overall" else src == name
         d = decisiveness(scores[sel], labels[sel], sufficient)
+        # mean score vs positive rate: a gap of opposite signs in two sources is one no global (monotone) map can close
         out[name] = {"n": int(m["n"]), "ece": m.get("ece"), "macro_f1": m.get("macro_f1"), "auroc": m.get("auroc"),
+                     "mean_score": float(scores[sel].mean()) if sel.any() else float("nan"), "positive_rate": m.get("positive_rate"),
                      "coverage_at_sufficient": d["coverage_at_sufficient"], "precision_at_sufficient": d["precision_at_sufficient"]}
     return out
 
