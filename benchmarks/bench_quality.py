@@ -370,13 +370,13 @@ def retrieval_gate(model: str, out: Path, baselines: Sequence[str] = ("tfidf_lr"
     packer = ContextPacker(load_tokenizer(path), max_length=info["max_length"], strategy=info["strategy"])
     tok_hash = sha256_file(path / "tokenizer.json")
     test, train = encode_split(splits["test"], packer, cfg, tok_hash), encode_split(splits["train"], packer, cfg, tok_hash)
+    pos = next(i for i, n in info["id2label"].items() if n == info["positive_label"])
     t0 = time.perf_counter()
     if info["kind"] == "bundle":
         probs = ev.score_bundle(path, test, info, 32, "auto")
     else:
-        probs = ev.score_model_dir(path, test, 32, info["temperature"], packer.pad_id)
+        probs = ev.score_model_dir(path, test, 32, info["calibration"], packer.pad_id, pos)
     seconds = time.perf_counter() - t0
-    pos = next(i for i, n in info["id2label"].items() if n == info["positive_label"])
     report = evr.full_report(probs, test, train_ds=train, id2label=info["id2label"], positive_index=pos, ece_bins=cfg.calibration.ece_bins,
                             thresholds=info["thresholds"] or {"skip": 0.5}, baselines=list(baselines), split="test", task="retrieval_gate")
     return json_safe({"model": model, "resolved": str(path), "kind": info["kind"], "config": config_used, "n_test": len(test),

@@ -3,9 +3,10 @@
 A bundle is ``model.onnx`` (fp32), optionally ``model.int8.onnx`` (ONNX Runtime int8) and
 ``model.int8.xml`` + ``model.int8.bin`` (OpenVINO int8, NNCF post-training quantisation), the
 ``tokenizer.json`` the model was trained with, and ``suffice.json``: the manifest below. The
-manifest names the labels, the window and long-context strategy, the calibration temperature,
-the decision thresholds, the base model, the MLflow run/version, and the sha256 of every other
-file, so a service can refuse a tampered or truncated bundle before it scores anything.
+manifest names the labels, the window and long-context strategy, the calibration (a temperature,
+or Platt scaling's ``a``/``b``: :mod:`suffice.serving.calibration`), the decision thresholds, the
+base model, the MLflow run/version, and the sha256 of every other file, so a service can refuse a
+tampered or truncated bundle before it scores anything.
 
 >>> m = read_manifest("bundles/sufficiency-v3")  # doctest: +SKIP
 >>> m.task, m.id2label[1], m.thresholds["sufficient"]  # doctest: +SKIP
@@ -22,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from suffice.serving.calibration import Calibration
 from suffice.serving.probe import ParityProbe, ProbeError
 
 SCHEMA_VERSION = 1
@@ -87,6 +89,9 @@ class BundleManifest:
     max_length / long_context_strategy: the encoder window and how long context is fitted into it
         (the same :class:`~suffice.serving.packing.ContextPacker` strategy as in training).
     temperature: calibration temperature; score = softmax(logits / temperature)[positive].
+    calibration: absent (None) for temperature scaling, the only method older bundles know; else the
+        record ``{method: platt, platt: {a, b}}`` (score = sigmoid(a * (z_pos - z_neg) + b), binary
+        models; ``temperature`` is then 1.0 and unused). :attr:`calibrator` applies either.
     thresholds: decision thresholds (sufficiency: ``sufficient``/``partial``; gate: ``skip``).
     files: file name -> sha256 for every file of the bundle except this manifest.
     model_file / int8_model_file: the fp32 ONNX graph and the optional ONNX Runtime int8 one.
@@ -117,6 +122,7 @@ class BundleManifest:
     created_at: str | None = None
     parity: Mapping[str, Any] = field(default_factory=dict)
     metrics: Mapping[str, Any] = field(default_factory=dict)
+    calibration: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.schema_version != SCHEMA_VERSION:
@@ -140,6 +146,14 @@ class BundleManifest:
             )
         if not (isinstance(self.temperature, (int, float)) and math.isfinite(self.temperature) and self.temperature > 0):
             raise ManifestError(f"calibration temperature must be a positive number, got {self.temperature!r}")
+        if self.calibration is not None:
+            try:
+                cal = self.calibrator
+            except ValueError as e:
+                raise ManifestError(f"calibration: {e}: re-export the bundle with `suffice export`") from None
+            if cal.method == "platt" and len(self.id2label) != 2:
+                raise ManifestError(f"calibration method 'platt' needs a binary model, but id2label has {len(self.id2label)} labels: "
+                                    "re-train with calibration.method=temperature")
         for k, v in self.thresholds.items():
             if not isinstance(v, (int, float)) or not 0.0 <= v <= 1.0:
                 raise ManifestError(f"threshold {k!r}={v!r} must be a number in [0, 1]")
@@ -161,6 +175,11 @@ class BundleManifest:
     def num_labels(self) -> int:
         return len(self.id2label)
 
+    @property
+    def calibrator(self) -> Calibration:
+        """The calibration that turns this model's logits into scores (temperature-only bundles: ``softmax(z / T)``)."""
+        return Calibration.from_record({**(self.calibration or {}), "temperature": self.temperature})
+
     def threshold(self, name: str) -> float:
         """A decision threshold, falling back to the task default."""
         merged = {**DEFAULT_THRESHOLDS[self.task], **self.thresholds}
@@ -173,6 +192,10 @@ class BundleManifest:
         d["id2label"] = {str(k): v for k, v in self.id2label.items()}
         d["thresholds"] = dict(self.thresholds)
         d["files"] = dict(self.files)
+        if self.calibration is None:
+            del d["calibration"]  # a temperature-only manifest stays readable by every older suffice
+        else:
+            d["calibration"] = dict(self.calibration)
         return d
 
     @classmethod
@@ -194,8 +217,8 @@ class BundleManifest:
             d["id2label"] = {int(k): str(v) for k, v in dict(d["id2label"]).items()}
         except (TypeError, ValueError) as e:
             raise ManifestError(f"{where}: id2label keys must be integers, got {d['id2label']!r}") from e
-        for key in ("thresholds", "files", "parity", "metrics"):
-            if key in d and not isinstance(d[key], Mapping):
+        for key in ("thresholds", "files", "parity", "metrics", "calibration"):
+            if key in d and not isinstance(d[key], Mapping) and not (key == "calibration" and d[key] is None):
                 raise ManifestError(f"{where}: {key} must be a JSON object, got {d[key]!r}")
         try:
             return cls(**d)

@@ -21,6 +21,7 @@ import numpy as np
 from suffice.serving.backends import (BACKENDS, OPENVINO_INSTALL, PRECISIONS, Variant, open_engine, openvino_available,
                                       rank_variants, trim_heap)
 from suffice.serving.bundle import BundleError, BundleManifest, read_manifest, read_probe, verify_bundle
+from suffice.serving.calibration import softmax  # noqa: F401  (the one softmax, re-exported: callers import it from here)
 from suffice.serving.cpu import CpuInfo, detect
 from suffice.serving.packing import ContextPacker, PackedInput, pad_packed
 from suffice.serving.probe import ParityProbe, ProbeCheck
@@ -68,18 +69,6 @@ class RuntimeConfig:
                 raise ValueError(f"{name}={v!r} must be an integer >= 0 (0 lets the engine choose)")
         if not isinstance(self.max_batch_tokens, int) or self.max_batch_tokens < 1:
             raise ValueError(f"max_batch_tokens={self.max_batch_tokens!r} must be a positive integer")
-
-
-def softmax(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
-    """Row-wise softmax of ``logits / temperature`` in float64.
-
-    >>> softmax(np.array([[0.0, 0.0]])).tolist()
-    [[0.5, 0.5]]
-    """
-    z = np.asarray(logits, dtype=np.float64) / float(temperature)
-    z = z - z.max(axis=-1, keepdims=True)
-    e = np.exp(z)
-    return e / e.sum(axis=-1, keepdims=True)
 
 
 def openvino_int8_bf16_passed(manifest: BundleManifest) -> bool:
@@ -196,7 +185,7 @@ class OnnxClassifier:
         scores = np.zeros(len(probe.scores))
         for rows, feeds in probe.batches(batch_size=1):
             logits = self._checked(engine.run(feeds))
-            scores[rows] = softmax(logits, self.manifest.temperature)[:, self.manifest.positive_index]
+            scores[rows] = self.manifest.calibrator.scores(logits, self.manifest.positive_index)
         return scores
 
     def packer_for(self, max_length: int | None = None, strategy: str | None = None) -> ContextPacker:
@@ -240,7 +229,7 @@ class OnnxClassifier:
             rows = order[start:stop]
             logits[rows] = self.run(pad_packed([packed[i] for i in rows], self.packer.pad_id))
             start = stop
-        return logits, softmax(logits, self.manifest.temperature)
+        return logits, self.manifest.calibrator.probabilities(logits, self.manifest.positive_index)
 
     def count_tokens(self, text: str) -> int:
         """Tokens of ``text`` without special tokens (what a context budget is counted in)."""

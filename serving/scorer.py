@@ -244,7 +244,7 @@ class SufficiencyScorer:
         cov = keyword_coverage(question, [f"{t}. {x}" if t else x for t, x in pairs])
         factors = [ConfidenceFactor(
             "model", "raises" if score >= self.thresholds[PARTIAL] else "lowers",
-            f"the model gives P({self.manifest.positive_label})={score:.2f} (temperature {self.manifest.temperature:g}, {self.precision})",
+            f"the model gives P({self.manifest.positive_label})={score:.2f} ({self.manifest.calibrator.describe()}, {self.precision})",
         )]
         if cov.n_terms:
             share = len(cov.covered) / cov.n_terms

@@ -68,7 +68,8 @@ def model_info(path: Path) -> dict[str, Any]:
         m = read_manifest(path)
         return {"kind": "bundle", "task": m.task, "label_scheme": m.label_scheme, "id2label": dict(m.id2label),
                 "positive_label": m.positive_label, "max_length": m.max_length, "strategy": m.long_context_strategy,
-                "temperature": m.temperature, "thresholds": dict(m.thresholds), "run_id": m.mlflow_run_id,
+                "temperature": m.temperature, "calibration": m.calibrator.to_record(), "thresholds": dict(m.thresholds),
+                "run_id": m.mlflow_run_id,
                 "name": f"{m.registered_model or path.name}:{m.model_version or '-'}"}
     from suffice.training.fit.meta import ModelMeta
 
@@ -77,15 +78,14 @@ def model_info(path: Path) -> dict[str, Any]:
     return {"kind": "model_dir", "task": meta.task, "label_scheme": meta.label_scheme,
             "id2label": meta.labels, "positive_label": meta.positive_label,
             "max_length": int(meta.max_length), "strategy": meta.long_context_strategy,
-            "temperature": meta.temperature, "thresholds": dict(meta.thresholds or {}),
+            "temperature": meta.temperature, "calibration": meta.calibrator.to_record(), "thresholds": dict(meta.thresholds or {}),
             "run_id": mlf.get("run_id"), "name": f"{mlf.get('registered_model') or path.name}:{mlf.get('version') or '-'}"}
 
 
-def score_model_dir(path: Path, ds, batch_size: int, temperature: float, pad_id: int) -> np.ndarray:
-    """Calibrated probabilities from the merged torch model, rows in ``ds`` order."""
+def model_dir_logits(path: Path, ds, batch_size: int, pad_id: int) -> np.ndarray:
+    """Raw logits of the merged torch model, rows in ``ds`` order (what a calibration is fitted on)."""
     from accelerate import Accelerator
 
-    from suffice.serving.runtime import softmax
     from suffice.training.fit.encode import eval_dataloader
     from suffice.training.fit.loop import predict
     from suffice.training.fit.model import load_model_dir
@@ -94,7 +94,15 @@ def score_model_dir(path: Path, ds, batch_size: int, temperature: float, pad_id:
     model, _ = load_model_dir(path)
     model, dl = accelerator.prepare(model, eval_dataloader(ds, batch_size, pad_id))
     logits, _ = predict(accelerator, model, dl)
-    return softmax(logits, temperature)
+    return logits
+
+
+def score_model_dir(path: Path, ds, batch_size: int, calibration: Mapping[str, Any], pad_id: int, positive_index: int) -> np.ndarray:
+    """Calibrated probabilities from the merged torch model, rows in ``ds`` order; ``calibration`` is the
+    model's calibration record (``model_info(path)["calibration"]``), applied as serving applies it."""
+    from suffice.serving.calibration import Calibration
+
+    return Calibration.from_record(calibration).probabilities(model_dir_logits(path, ds, batch_size, pad_id), positive_index)
 
 
 def score_bundle(path: Path, ds, info: Mapping[str, Any], batch_size: int, precision: str) -> np.ndarray:
@@ -153,13 +161,13 @@ def evaluate(model: str, split: str = "test", config: str | None = None, overrid
 
     eval_ds = encode_split(splits[split], packer, cfg, tok_hash)
     train_ds = encode_split(splits["train"], packer, cfg, tok_hash) if split != "train" else eval_ds
+    positive_index = next(i for i, n in info["id2label"].items() if n == info["positive_label"])
     t0 = time.perf_counter()
     if info["kind"] == "bundle":
         probs = score_bundle(path, eval_ds, info, batch_size, precision)
     else:
-        probs = score_model_dir(path, eval_ds, batch_size, info["temperature"], packer.pad_id)
+        probs = score_model_dir(path, eval_ds, batch_size, info["calibration"], packer.pad_id, positive_index)
     seconds = time.perf_counter() - t0
-    positive_index = next(i for i, n in info["id2label"].items() if n == info["positive_label"])
     thresholds = info["thresholds"] or dict(DEFAULT_THRESHOLDS[info["task"]])
     report = full_report(probs, eval_ds, train_ds=train_ds, id2label=info["id2label"], positive_index=positive_index,
                          ece_bins=cfg.calibration.ece_bins, thresholds=thresholds,

@@ -23,10 +23,13 @@ def write_manifest(bundle: Path, meta: ModelMeta, parity: dict[str, Any], *, qua
     ml = meta.mlflow or {}
     files = {name: sha256_file(bundle / name) for name in sorted(os.listdir(bundle))}
     version = model_version or ml.get("version")
+    cal = meta.calibrator
+    # temperature scaling keeps the manifest every older suffice reads; Platt adds its record (older readers refuse it)
+    record = None if cal.method == "temperature" else {k: v for k, v in cal.to_record().items() if k != "temperature"}
     manifest = BundleManifest(
         task=meta.task, id2label=meta.labels, positive_label=str(meta.positive_label), max_length=int(meta.max_length),
         long_context_strategy=str(meta.long_context_strategy),
-        temperature=float(meta.calibration.get("temperature", 1.0)),
+        temperature=float(cal.temperature), calibration=record,
         thresholds={**DEFAULT_THRESHOLDS.get(meta.task, {}), **(meta.thresholds or {})},
         base_model=str(meta.base_model or "unknown"), files=files, label_scheme=str(meta.label_scheme),
         int8_model_file=MODEL_INT8 if quantized else None, openvino_int8_model_file=openvino_int8_file, probe_file=probe_file, mlflow_run_id=ml.get("run_id"),

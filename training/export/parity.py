@@ -155,11 +155,8 @@ def int8_parity(fp32_logits: np.ndarray, int8_logits: np.ndarray, labels: Sequen
     """The quality-preserving int8 check of a binary model (see :class:`ParityConfig`); raises :class:`ParityError`.
 
     """
-    from suffice.serving.runtime import softmax
-
-    t = float(meta.calibration.get("temperature", 1.0))
-    pos = meta.positive_index
-    s32, s8 = softmax(fp32_logits, t)[:, pos], softmax(int8_logits, t)[:, pos]
+    cal, pos = meta.calibrator, meta.positive_index  # the calibration serving applies (temperature or Platt)
+    s32, s8 = cal.scores(fp32_logits, pos), cal.scores(int8_logits, pos)
     ths = np.asarray(decision_thresholds(meta))
     side32, side8 = (s32[:, None] >= ths), (s8[:, None] >= ths)
     same = (side32 == side8).all(axis=1)

@@ -129,11 +129,10 @@ def write_probe(bundle: Path, packed: Sequence[Any], fp32_logits: np.ndarray, me
     as the bundle's parity probe; returns its file name. Serving checks every variant against it at load."""
     from suffice.serving.packing import pad_packed
     from suffice.serving.probe import PROBE_FILE, ParityProbe
-    from suffice.serving.runtime import softmax
 
     n = min(len(packed), len(fp32_logits))
     rows = np.unique(np.linspace(0, n - 1, num=min(n_items, n)).round().astype(int))
-    scores = softmax(fp32_logits[rows], float(meta.calibration.get("temperature", 1.0)))[:, meta.positive_index]
+    scores = meta.calibrator.scores(fp32_logits[rows], meta.positive_index)
     probe = ParityProbe.from_rows(pad_packed([packed[i] for i in rows], pad_id), scores,
                                   max_mean_score_shift=pc.max_mean_score_shift, confident_margin=pc.confident_margin)
     probe.write(bundle / PROBE_FILE)

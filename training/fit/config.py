@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any, Literal, Sequence
 
 from suffice.serving.config import ConfigError, build_config, config_from_dict
+# calibration.* lives next to the code that fits it; re-exported here with the other sections
+from suffice.training.fit.calibration import CalibrationSettings
 
 TASKS = ("sufficiency", "retrieval_gate")
 ID2LABEL = {
@@ -65,38 +67,6 @@ class LoraSettings:
                 f"lora.modules_to_save={self.modules_to_save} trains the pooler fully: name the encoder layers "
                 "('attention.output.dense', 'intermediate.dense', 'output.dense') or drop 'pooler' from modules_to_save"
             )
-
-
-@dataclass
-class CalibrationSettings:
-    """Temperature scaling fitted on validation logits, and the decision thresholds stored with the model.
-
-    temperature: fit it (``fit``) or keep T=1 (``none``; for comparisons only).
-    sufficient / partial: thresholds on the calibrated P(sufficient) for the three levels (what
-        RAG gateways use: >= 0.8 sufficient, >= 0.5 partial, else insufficient).
-    skip_min_precision: retrieval gate only: the SKIP threshold is the lowest one whose SKIP
-        precision on validation is at least this (so a skipped retrieval is rarely a wrong skip).
-    ece_bins: equal-width bins for the expected calibration error and reliability diagram.
-    """
-
-    temperature: Literal["fit", "none"] = "fit"
-    sufficient: float = 0.8
-    partial: float = 0.5
-    skip_min_precision: float = 0.95
-    ece_bins: int = 15
-
-    def __post_init__(self) -> None:
-        for name in ("sufficient", "partial", "skip_min_precision"):
-            v = getattr(self, name)
-            if not 0.0 <= v <= 1.0:
-                raise ConfigError(f"calibration.{name}={v} must be in [0, 1]")
-        if self.partial > self.sufficient:
-            raise ConfigError(
-                f"calibration.partial={self.partial} > calibration.sufficient={self.sufficient}: "
-                "partial is the lower threshold; swap them"
-            )
-        if self.ece_bins < 2:
-            raise ConfigError(f"calibration.ece_bins={self.ece_bins} must be >= 2 (15 is usual)")
 
 
 @dataclass
@@ -212,6 +182,8 @@ class TrainConfig:
         three for sufficiency, ``[tfidf_lr]`` for the retrieval gate; ``[]`` for none).
     export: at the end, call suffice.training.export.export_bundle if that module exists.
     export_dir: where the bundle goes (default ``<output_dir>/bundle``).
+    calibration: how scores are calibrated on validation (method, pool) and the stored thresholds:
+        :class:`suffice.training.fit.calibration.CalibrationSettings`.
     """
 
     task: Literal["sufficiency", "retrieval_gate"] = "sufficiency"
@@ -332,6 +304,7 @@ class TrainConfig:
                 f"both train_file={self.train_file!r} and a data: section {sorted(self.data)} were given: "
                 "use one source of training data"
             )
+        self.calibration.check_label_scheme(self.label_scheme)
         if self.task == "sufficiency" and not self.train_file:
             self.data_config()  # validate the data section now, not an hour into the run
 

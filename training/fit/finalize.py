@@ -1,7 +1,7 @@
 """Finishing a model, the same way for ``suffice train`` and ``suffice soup``.
 
-:func:`finalize`: temperature scaling and thresholds fitted on validation logits, the calibrated
-validation report, the test report next to the baselines, the ``headline/`` metrics
+:func:`finalize`: calibration (temperature or Platt, pooled or source-balanced) and thresholds
+fitted on validation logits, the calibrated validation report, the test report next to the baselines, the ``headline/`` metrics
 (:func:`suffice.training.tracking.headline_metrics`), ``suffice_model.json``
 (:class:`~suffice.training.fit.meta.ModelMeta`), the model directory, evaluation artifacts, a
 (``export: true``) the ONNX bundle, and the registered versions (:func:`save_and_register`).
@@ -12,13 +12,13 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from suffice.serving.jsonl import json_safe
-from suffice.serving.runtime import softmax
 from suffice.serving.bundle import VALIDATION_LEVELS
+from suffice.serving.calibration import Calibration
 from suffice.serving.config import dump_yaml
 from suffice.training.evaluation import report as ev
 from suffice.training.fit.config import TrainConfig
@@ -27,22 +27,22 @@ from suffice.training.fit.meta import ModelMeta
 from suffice.training.tracking import headline_metrics
 
 
-def level_thresholds(cfg: TrainConfig, val_logits: np.ndarray, val_labels: np.ndarray, temperature: float):
+def level_thresholds(cfg: TrainConfig, val_logits: np.ndarray, val_labels: np.ndarray, calibration: Calibration):
     """Sufficiency: the configured ``sufficient`` / ``partial`` thresholds (their meaning is fixed:
     calibrated P(sufficient) >= 0.8 answers, >= 0.5 caveats), and how decisive the model is there on
     validation (:func:`suffice.training.fit.calibration.decisiveness`)."""
     from suffice.training.fit.calibration import decisiveness
 
-    p_suff = softmax(val_logits, temperature)[:, cfg.positive_index]
+    p_suff = calibration.scores(val_logits, cfg.positive_index)
     levels = decisiveness(p_suff, (val_labels == cfg.positive_index).astype(int), cfg.calibration.sufficient)
     return {"sufficient": cfg.calibration.sufficient, "partial": cfg.calibration.partial}, {VALIDATION_LEVELS: levels}
 
 
-def skip_threshold(cfg: TrainConfig, val_logits: np.ndarray, val_labels: np.ndarray, temperature: float):
+def skip_threshold(cfg: TrainConfig, val_logits: np.ndarray, val_labels: np.ndarray, calibration: Calibration):
     """Retrieval gate: the lowest SKIP threshold whose validation precision reaches ``skip_min_precision``."""
     from suffice.training.fit.calibration import threshold_for_precision
 
-    p_skip = softmax(val_logits, temperature)[:, cfg.positive_index]
+    p_skip = calibration.scores(val_logits, cfg.positive_index)
     th, achieved = threshold_for_precision(p_skip, (val_labels == cfg.positive_index).astype(int), cfg.calibration.skip_min_precision)
     return {"skip": th}, {"skip_min_precision": cfg.calibration.skip_min_precision, "validation_skip_precision": achieved}
 
@@ -50,19 +50,26 @@ def skip_threshold(cfg: TrainConfig, val_logits: np.ndarray, val_labels: np.ndar
 THRESHOLD_RULES = {"sufficiency": level_thresholds, "retrieval_gate": skip_threshold}
 
 
-def temperature_and_thresholds(cfg: TrainConfig, val_logits: np.ndarray, val_labels: np.ndarray) -> tuple[float, dict[str, float], dict[str, Any]]:
-    """(temperature fitted on validation, thresholds, threshold info for the calibration record)."""
-    from suffice.training.fit.calibration import T_MAX, fit_temperature
+def calibration_and_thresholds(cfg: TrainConfig, val_logits: np.ndarray, val_labels: np.ndarray,
+                               val_sources: Sequence[str] | None = None) -> tuple[Calibration, dict[str, float], dict[str, Any]]:
+    """(calibration fitted on validation as ``cfg.calibration`` says, thresholds, the calibration record for
+    ``suffice_model.json``: method, parameters, pool and threshold info).
 
-    t = fit_temperature(val_logits, val_labels) if cfg.calibration.temperature == "fit" else 1.0
-    if t >= 0.99 * T_MAX:
-        print(f"warning: the fitted temperature {t:.1f} sits at its bound: the validation logits carry almost no signal, "
+    ``val_sources``: each validation item's source, weighed by ``calibration.pool: source_balanced``.
+    The thresholds are read on the unweighted validation items (see ``CalibrationSettings.pool``).
+    """
+    from suffice.training.fit.calibration import T_MAX, fit_calibration
+
+    cal = fit_calibration(cfg.calibration, val_logits, val_labels, val_sources, cfg.positive_index)
+    flatness = cal.temperature if cal.method == "temperature" else 1.0 / cal.a  # Platt's slope a is 1 / T
+    if flatness >= 0.99 * T_MAX:
+        print(f"warning: the fitted calibration ({cal.describe()}) sits at its bound: the validation logits carry almost no signal, "
               "so calibration flattens every score towards the base rate (train longer or check the data)", file=sys.stderr)
-    thresholds, info = THRESHOLD_RULES[cfg.task](cfg, val_logits, val_labels, t)
-    return t, thresholds, info
+    thresholds, info = THRESHOLD_RULES[cfg.task](cfg, val_logits, val_labels, cal)
+    return cal, thresholds, {**cal.to_record(), "pool": cfg.calibration.pool, **info}
 
 
-def test_report(cfg: TrainConfig, accelerator, model, test_dl, encoded: Mapping[str, Any], temperature: float,
+def test_report(cfg: TrainConfig, accelerator, model, test_dl, encoded: Mapping[str, Any], calibration: Calibration,
                 thresholds: Mapping[str, float]) -> dict[str, Any] | None:
     """The calibrated test report next to the baselines (printed), on the main process; None without a test split."""
     if not (cfg.evaluate_test and test_dl is not None):
@@ -70,9 +77,9 @@ def test_report(cfg: TrainConfig, accelerator, model, test_dl, encoded: Mapping[
     test_logits, _ = predict(accelerator, model, test_dl)
     if not accelerator.is_main_process:
         return None
-    report = ev.full_report(softmax(test_logits, temperature), encoded["test"], train_ds=encoded["train"], id2label=cfg.id2label,
-                            positive_index=cfg.positive_index, ece_bins=cfg.calibration.ece_bins, thresholds=thresholds,
-                            baselines=cfg.resolved_baselines(), split="test")
+    report = ev.full_report(calibration.probabilities(test_logits, cfg.positive_index), encoded["test"], train_ds=encoded["train"],
+                            id2label=cfg.id2label, positive_index=cfg.positive_index, ece_bins=cfg.calibration.ece_bins,
+                            thresholds=thresholds, baselines=cfg.resolved_baselines(), split="test")
     accelerator.print(ev.render_report(report))
     return report
 
@@ -85,29 +92,35 @@ def finalize(cfg: TrainConfig, accelerator, model, *, val_logits: np.ndarray, en
     ``provenance``: the metadata fields that say where the model came from (``base_model``,
     ``finetune``, ``label_source``, ``data_hash``, ``git_commit``, ``train_seconds``, ``soup``...).
     ``extra_metrics``: more entries for the metadata's ``metrics`` (``best_epoch``).
-    Returns temperature, thresholds, the reports and (main process) what :func:`save_and_register` wrote.
+    Returns temperature, calibration (its record), thresholds, the reports and (main process) what :func:`save_and_register` wrote.
     """
-    temperature, thresholds, threshold_info = temperature_and_thresholds(cfg, val_logits, np.asarray(encoded["validation"]["labels"]))
-    val_report = ev.classification_report(softmax(val_logits, temperature), encoded["validation"], label_names=list(cfg.id2label.values()),
-                                          positive_index=cfg.positive_index, ece_bins=cfg.calibration.ece_bins)
-    tracker.log_metrics({"val_temperature": temperature, **{f"val_calibrated_{k}": v for k, v in val_report["overall"].items()
-                                                              if k in ("ece", "nll", "macro_f1", "auroc", "accuracy")}}, step=state.epoch)
-    report = test_report(cfg, accelerator, model, test_dl, encoded, temperature, thresholds)
-    out: dict[str, Any] = {"temperature": temperature, "thresholds": thresholds, "val_report": val_report, "test_report": report}
+    val_ds = encoded["validation"]
+    calibration, thresholds, calibration_record = calibration_and_thresholds(cfg, val_logits, np.asarray(val_ds["labels"]),
+                                                                             ev.column(val_ds, "source", "all"))
+    val_report = ev.classification_report(calibration.probabilities(val_logits, cfg.positive_index), val_ds,
+                                          label_names=list(cfg.id2label.values()), positive_index=cfg.positive_index,
+                                          ece_bins=cfg.calibration.ece_bins)
+    platt = {f"val_platt_{k}": v for k, v in (calibration.to_record().get("platt") or {}).items()}
+    tracker.log_metrics({"val_temperature": calibration.temperature, **platt,
+                         **{f"val_calibrated_{k}": v for k, v in val_report["overall"].items()
+                            if k in ("ece", "nll", "macro_f1", "auroc", "accuracy")}}, step=state.epoch)
+    report = test_report(cfg, accelerator, model, test_dl, encoded, calibration, thresholds)
+    out: dict[str, Any] = {"temperature": calibration.temperature, "calibration": calibration.to_record(), "thresholds": thresholds,
+                           "val_report": val_report, "test_report": report}
     if not accelerator.is_main_process:
         return out
     test_overall = (report or {}).get("model", {}).get("overall", {})
     # logged before registration, which copies them onto the registered versions as tags
-    out["headline"] = headline_metrics((report or {}).get("model"), val_report, threshold_info.get(VALIDATION_LEVELS))
+    out["headline"] = headline_metrics((report or {}).get("model"), val_report, calibration_record.get(VALIDATION_LEVELS))
     tracker.log_metrics(out["headline"], step=state.epoch)
     meta = ModelMeta.from_dict({
         "task": cfg.task, "label_scheme": cfg.label_scheme, "id2label": {str(k): v for k, v in cfg.id2label.items()},
         "positive_label": cfg.positive_label, "max_length": cfg.max_length, "long_context_strategy": cfg.long_context_strategy,
-        "calibration": {"method": "temperature", "temperature": temperature, **threshold_info}, "thresholds": thresholds,
+        "calibration": calibration_record, "thresholds": thresholds,
         **provenance,
         "mlflow": {"run_id": state.mlflow_run_id, "registered_model": None, "version": None},
         "metrics": json_safe({"test": test_overall, "validation": val_report["overall"],
-                              **({VALIDATION_LEVELS: threshold_info[VALIDATION_LEVELS]} if VALIDATION_LEVELS in threshold_info else {}),
+                              **({VALIDATION_LEVELS: calibration_record[VALIDATION_LEVELS]} if VALIDATION_LEVELS in calibration_record else {}),
                               **(extra_metrics or {})}),
     })
     out.update(save_and_register(cfg, accelerator.unwrap_model(model), base_dir, out_dir, meta, report, tracker, state, encoded["validation"]))

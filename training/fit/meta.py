@@ -8,8 +8,8 @@ that say how to pack, label and calibrate (:data:`REQUIRED`) must be there; ever
 >>> m = ModelMeta(task="sufficiency", label_scheme="binary", id2label={"0": "insufficient", "1": "sufficient"},
 ...               positive_label="sufficient", max_length=256, long_context_strategy="select",
 ...               calibration={"method": "temperature", "temperature": 1.3})
->>> m.positive_index, m.labels
-(1, {0: 'insufficient', 1: 'sufficient'})
+>>> m.positive_index, m.labels, m.calibrator.describe()
+(1, {0: 'insufficient', 1: 'sufficient'}, 'temperature 1.3')
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from suffice.serving.calibration import Calibration
 from suffice.serving.jsonl import json_safe
 
 MODEL_META = "suffice_model.json"
@@ -36,7 +37,9 @@ class ModelMeta:
     """The metadata of a trained-model directory (field order = key order in the file).
 
     task / label_scheme / id2label (``"0" -> name``) / positive_label: what the classes are.
-    max_length / long_context_strategy: how items are packed. calibration: ``{method, temperature, ...}``.
+    max_length / long_context_strategy: how items are packed. calibration: ``{method, temperature,
+    [platt: {a, b},] pool, ...}`` (:attr:`calibrator` applies it; a record with only a temperature,
+    as older versions wrote, is temperature scaling).
     thresholds: decision thresholds on the calibrated positive score. The rest records where the
     model came from: base model, fine-tuning (``lora`` / ``full`` / ``soup``), labels and data, the
     git commit, the MLflow run and registered version, metrics, training time, a soup's recipe.
@@ -74,8 +77,12 @@ class ModelMeta:
             raise ModelMetaError(f"positive_label {self.positive_label!r} is not one of the labels {sorted(self.id2label.values())}")
         if not isinstance(self.max_length, int) or self.max_length < 1:
             raise ModelMetaError(f"max_length={self.max_length!r} must be a positive integer")
-        if "temperature" not in self.calibration:
-            raise ModelMetaError(f"calibration {self.calibration!r} has no temperature")
+        try:
+            cal = self.calibrator
+        except ValueError as e:
+            raise ModelMetaError(f"calibration: {e}: re-train, or write a calibration record {{method, temperature[, platt: {{a, b}}]}}") from None
+        if cal.method == "platt" and len(self.id2label) != 2:
+            raise ModelMetaError(f"calibration method 'platt' needs a binary model, but id2label has {len(self.id2label)} labels")
 
     @property
     def labels(self) -> dict[int, str]:
@@ -88,7 +95,13 @@ class ModelMeta:
 
     @property
     def temperature(self) -> float:
-        return float(self.calibration["temperature"])
+        """The calibration temperature (1.0 under Platt scaling, which does not use it)."""
+        return float(self.calibration.get("temperature", 1.0))
+
+    @property
+    def calibrator(self) -> Calibration:
+        """The fitted calibration (:class:`suffice.serving.calibration.Calibration`): logits -> calibrated probabilities."""
+        return Calibration.from_record(self.calibration)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], source: str = "suffice_model.json") -> "ModelMeta":
