@@ -127,3 +127,17 @@ def test_training_and_serving_pack_a_thread_identically(referenced_gate_bundle, 
         assert gate._model.tokenizer.decode(gate._model.tokenizer.encode(first, add_special_tokens=False).ids) in text
     assert cut == len(threads)
     assert max(len(r["passages"]) for r in rows.values()) == 6  # the 6-turn window applies to training rows too
+
+
+def test_packing_report_counts_the_latest_reply_kept(tok):
+    import sys
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from bench_gate_packing import packing_report
+
+    rows = [{"question": QUESTION, "passages": [*EARLIER, {"title": "assistant", "text": LAST_REPLY}], "label": 1},
+            {"question": "Thanks!", "passages": [{"title": "user", "text": "Hi?"}, {"title": "assistant", "text": "Hello."}], "label": 1}]
+    r = packing_report(rows, tok, 64, ["select_lines", "referenced_turn"])
+    assert r["n"] == 2 and r["packed_differently"] == 1
+    assert r["referenced_turn"]["reply_whole"] == 1.0 and r["select_lines"]["reply_whole"] == 0.5
+    assert r["select_lines"]["truncated"] == 0.5 and r["select_lines"]["reply_cut_skip_threads"] == 1
