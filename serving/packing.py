@@ -25,6 +25,9 @@ training and in serving (so a model is always scored on inputs shaped like its t
     when it fits, else its most relevant lines; then the passage right before it when that is the
     ``user`` turn it answered; then the lines of the other passages by relevance. Without it a
     long earlier exchange that shares words with the new message can crowd the reply out.
+``referenced_exchange``
+    ``referenced_turn`` with the user turn before the reply served first (the latest exchange in
+    order: the question, then the reply), so a long reply does not push out what was asked.
 
 Each packed input reports how many context tokens and sentences it kept, so a caller can see
 what was left out (the scorer turns that into a confidence factor).
@@ -47,8 +50,8 @@ import numpy as np
 
 from suffice.serving.lexical import content_terms, stem, tokenize_words
 
-STRATEGIES = ("select", "truncate", "recent", "select_lines", "referenced_turn")
-LINE_STRATEGIES = ("select_lines", "referenced_turn")  # every line break ends a unit
+STRATEGIES = ("select", "truncate", "recent", "select_lines", "referenced_turn", "referenced_exchange")
+LINE_STRATEGIES = ("select_lines", "referenced_turn", "referenced_exchange")  # every line break ends a unit
 _SENTENCE_END = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"'”’)\]]))\s+(?=[\"'“‘(\[]?[A-Z0-9])")
 
 
@@ -193,7 +196,8 @@ class ContextPacker:
         elif self.strategy == "recent":
             chosen, partial = self._truncate_order(title_ids, sent_ids, budget, reverse=True)
         else:
-            tiers = referenced_tiers([t for t, _ in pairs]) if self.strategy == "referenced_turn" else None
+            tiers = (referenced_tiers([t for t, _ in pairs], question_first=self.strategy == "referenced_exchange")
+                     if self.strategy in ("referenced_turn", "referenced_exchange") else None)
             chosen, partial = self._select(question, pairs, sents, title_ids, sent_ids, budget, tiers)
 
         ctx: list[int] = []
@@ -299,13 +303,16 @@ class ContextPacker:
         return pad_packed(packed, self.pad_id), packed
 
 
-def referenced_tiers(titles: Sequence[str]) -> list[int]:
+def referenced_tiers(titles: Sequence[str], question_first: bool = False) -> list[int]:
     """``referenced_turn``'s priority per passage (0 first): 0 = the turn a follow-up refers to (the
     latest ``assistant`` passage, else the last passage), 1 = the ``user`` turn right before it (the
-    question that reply answered), 2 = every other passage.
+    question that reply answered), 2 = every other passage; ``question_first`` (``referenced_exchange``)
+    swaps the first two.
 
     >>> referenced_tiers(["user", "assistant", "user", "assistant"])
     [2, 2, 1, 0]
+    >>> referenced_tiers(["user", "assistant", "user", "assistant"], question_first=True)
+    [2, 2, 0, 1]
     >>> referenced_tiers(["Paris", "London"])
     [2, 0]
     """
@@ -316,6 +323,8 @@ def referenced_tiers(titles: Sequence[str]) -> list[int]:
     tiers[ref] = 0
     if ref > 0 and titles[ref - 1] == "user":
         tiers[ref - 1] = 1
+        if question_first:
+            tiers[ref - 1], tiers[ref] = 0, 1
     return tiers
 
 

@@ -67,6 +67,15 @@ def test_referenced_tiers_name_the_latest_reply_and_its_question():
     assert referenced_tiers(["user", "assistant", "user"]) == [1, 0, 2]  # a user message after the reply (sent twice): the reply still leads
     assert referenced_tiers(["assistant"]) == [0] and referenced_tiers([]) == []
     assert referenced_tiers(["Paris", "London"]) == [2, 0]  # no chat roles: the last passage
+    assert referenced_tiers(["system", "user", "assistant", "user", "assistant"], question_first=True) == [2, 2, 2, 0, 1]
+
+
+def test_referenced_exchange_keeps_the_question_then_the_reply(tok):
+    turns = [*EARLIER, {"title": "assistant", "text": "\n".join(f"Line {i} of the reply about nothing much at all." for i in range(20))}]
+    exch = ContextPacker(tok, 64, "referenced_exchange").pack(QUESTION, turns)
+    turn = ContextPacker(tok, 64, "referenced_turn").pack(QUESTION, turns)
+    asked = "and is express delivery cost for large orders lower on weekdays?"
+    assert context(tok, exch).startswith("user : " + asked + " assistant : line 0") and asked not in context(tok, turn)
 
 
 def _long_threads(path: Path) -> list[dict]:
