@@ -39,7 +39,7 @@ TASKS = ("sufficiency", "retrieval_gate")
 VALIDATION_LEVELS = "validation_levels"
 LEVELS = ("sufficient", "partial", "insufficient")
 SUFFICIENT, PARTIAL, INSUFFICIENT = LEVELS
-STRATEGIES = ("select", "truncate", "recent", "select_lines")
+STRATEGIES = ("select", "truncate", "recent", "select_lines", "referenced_turn", "referenced_exchange")
 DEFAULT_THRESHOLDS = {
     "sufficiency": {SUFFICIENT: 0.8, PARTIAL: 0.5},
     "retrieval_gate": {"skip": 0.5},

@@ -19,6 +19,15 @@ training and in serving (so a model is always scored on inputs shaped like its t
     selected on its own (chat replies and markdown; ``select`` reads a whole table as one
     sentence). The retrieval gate's default: the lines of earlier turns that share terms with
     the new message are what tells "already answered" from "needs new knowledge".
+``referenced_turn``
+    ``select_lines`` that serves the turn the new message refers to first: the latest passage
+    titled ``assistant`` (the reply a follow-up is about; the last passage when none is), whole
+    when it fits, else its most relevant lines; then the passage right before it when that is the
+    ``user`` turn it answered; then the lines of the other passages by relevance. Without it a
+    long earlier exchange that shares words with the new message can crowd the reply out.
+``referenced_exchange``
+    ``referenced_turn`` with the user turn before the reply served first (the latest exchange in
+    order: the question, then the reply), so a long reply does not push out what was asked.
 
 Each packed input reports how many context tokens and sentences it kept, so a caller can see
 what was left out (the scorer turns that into a confidence factor).
@@ -41,7 +50,8 @@ import numpy as np
 
 from suffice.serving.lexical import content_terms, stem, tokenize_words
 
-STRATEGIES = ("select", "truncate", "recent", "select_lines")
+STRATEGIES = ("select", "truncate", "recent", "select_lines", "referenced_turn", "referenced_exchange")
+LINE_STRATEGIES = ("select_lines", "referenced_turn", "referenced_exchange")  # every line break ends a unit
 _SENTENCE_END = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"'”’)\]]))\s+(?=[\"'“‘(\[]?[A-Z0-9])")
 
 
@@ -159,7 +169,7 @@ class ContextPacker:
             )
         # Units: per passage, a title header ("title:") and its sentences.
         titles = [f"{t}:" if t else "" for t, _ in pairs]
-        sents = [split_sentences(text, lines=self.strategy == "select_lines") for _, text in pairs]
+        sents = [split_sentences(text, lines=self.strategy in LINE_STRATEGIES) for _, text in pairs]
         flat = [s for ss in sents for s in ss]
         enc = self._encode_many([t for t in titles if t] + flat)
         title_ids: list[list[int]] = []
@@ -186,7 +196,9 @@ class ContextPacker:
         elif self.strategy == "recent":
             chosen, partial = self._truncate_order(title_ids, sent_ids, budget, reverse=True)
         else:
-            chosen, partial = self._select(question, pairs, sents, title_ids, sent_ids, budget)
+            tiers = (referenced_tiers([t for t, _ in pairs], question_first=self.strategy == "referenced_exchange")
+                     if self.strategy in ("referenced_turn", "referenced_exchange") else None)
+            chosen, partial = self._select(question, pairs, sents, title_ids, sent_ids, budget, tiers)
 
         ctx: list[int] = []
         p_used = 0
@@ -241,7 +253,7 @@ class ContextPacker:
         return chosen, partial
 
     @staticmethod
-    def _select(question, pairs, sents, title_ids, sent_ids, budget: int):
+    def _select(question, pairs, sents, title_ids, sent_ids, budget: int, tiers: Sequence[int] | None = None):
         q_terms = set(content_terms(question))
         sent_stems = [[{stem(w) for w in tokenize_words(s)} for s in ss] for ss in sents]
         title_stems = [{stem(w) for w in tokenize_words(t)} for t, _ in pairs]
@@ -259,13 +271,13 @@ class ContextPacker:
                 s = sum(idf[t] for t in st & q_terms) + 0.5 * title_score
                 # a passage's opening sentence usually names its subject: small prior
                 s += 0.25 if j == 0 else 0.0
-                scored.append((-s, i, j))
+                scored.append((tiers[i] if tiers else 0, -s, i, j))
         scored.sort()
         chosen: set[tuple[int, int]] = set()
         partial: dict[tuple[int, int], int] = {}
         opened: set[int] = set()
         used = 0
-        for _, i, j in scored:
+        for _, _, i, j in scored:
             cost = len(sent_ids[i][j]) + (0 if i in opened else len(title_ids[i]))
             if used + cost <= budget:
                 chosen.add((i, j))
@@ -289,6 +301,31 @@ class ContextPacker:
             raise ValueError(f"got {len(questions)} questions but {len(passages_list)} passage lists: give one list per question")
         packed = [self.pack(q, p) for q, p in zip(questions, passages_list)]
         return pad_packed(packed, self.pad_id), packed
+
+
+def referenced_tiers(titles: Sequence[str], question_first: bool = False) -> list[int]:
+    """``referenced_turn``'s priority per passage (0 first): 0 = the turn a follow-up refers to (the
+    latest ``assistant`` passage, else the last passage), 1 = the ``user`` turn right before it (the
+    question that reply answered), 2 = every other passage; ``question_first`` (``referenced_exchange``)
+    swaps the first two.
+
+    >>> referenced_tiers(["user", "assistant", "user", "assistant"])
+    [2, 2, 1, 0]
+    >>> referenced_tiers(["user", "assistant", "user", "assistant"], question_first=True)
+    [2, 2, 0, 1]
+    >>> referenced_tiers(["Paris", "London"])
+    [2, 0]
+    """
+    if not titles:
+        return []
+    ref = max((i for i, t in enumerate(titles) if t == "assistant"), default=len(titles) - 1)
+    tiers = [2] * len(titles)
+    tiers[ref] = 0
+    if ref > 0 and titles[ref - 1] == "user":
+        tiers[ref - 1] = 1
+        if question_first:
+            tiers[ref - 1], tiers[ref] = 0, 1
+    return tiers
 
 
 def pad_packed(packed: Sequence[PackedInput], pad_id: int) -> dict[str, np.ndarray]:

@@ -21,7 +21,7 @@ from suffice.serving.gates.context import (
     approx_token_count,
     document_relevance,
 )
-from suffice.serving.gates.retrieval import RETRIEVE, SKIP, GateDecision, RetrievalGate, RetrievalGateConfig, turns_as_passages
+from suffice.serving.gates.retrieval import RETRIEVE, SKIP, GateDecision, RetrievalGate, RetrievalGateConfig, thread_input, turns_as_passages
 from suffice.serving.gates.safety import (
     CHECK_REASONS,
     RejectionReason,
@@ -36,5 +36,5 @@ __all__ = [
     "CHECK_REASONS", "KIND_ORDER", "RETRIEVE", "SKIP", "Artifact", "ContextGate", "ContextGateConfig", "ContextSelection",
     "Exclusion", "ExclusionReason", "GateDecision", "RejectionReason", "RetrievalGate", "RetrievalGateConfig",
     "RetrievedChunk", "SafetyGate", "SafetyResult", "SafetyThresholds", "SelectiveAnswerer", "SelectiveDecision",
-    "approx_token_count", "document_relevance", "fit_logistic", "selective_curve", "turns_as_passages",
+    "approx_token_count", "document_relevance", "fit_logistic", "selective_curve", "thread_input", "turns_as_passages",
 ]

@@ -1,11 +1,12 @@
 """Should this chat turn trigger retrieval? RETRIEVE vs SKIP, failing open.
 
 The latest user message is the "question" (never truncated); the previous turns are the
-"passages" (title = role), packed with the bundle's long-context strategy, as in training:
-``select_lines`` (the lines of earlier turns that share terms with the new message, then in
-their original order) or ``recent`` (the newest turns, the oldest trimmed first). The first
-user message of a thread is always RETRIEVE (nothing to answer
-from yet) without running the model. Any error or malformed input gives RETRIEVE with the
+"passages" (title = role, :func:`thread_input`), packed with the bundle's long-context strategy,
+as in training: ``referenced_turn`` (the latest assistant reply and the user turn it answered
+first, then other lines sharing terms with the new message), ``select_lines`` (the lines of earlier
+turns that share terms with the new message, in their original order) or ``recent`` (the newest
+turns, the oldest trimmed first). The first user message of a thread is always RETRIEVE (nothing
+to answer from yet) without running the model. Any error or malformed input gives RETRIEVE with the
 reason: a gate that fails closed would silently starve the answerer of knowledge.
 
 >>> gate = RetrievalGate.load("bundles/retrieval-gate-v1")  # doctest: +SKIP
@@ -37,19 +38,48 @@ def turns_as_passages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, s
     return [{"title": m.get("role", ""), "text": m["content"]} for m in messages]
 
 
+CONTEXT_TURNS = 6
+
+
+def thread_input(messages: Sequence[Mapping[str, Any]], context_turns: int = CONTEXT_TURNS) -> tuple[str, list[dict[str, str]]]:
+    """A chat thread as the gate's (question, passages): the latest user message, and the non-empty turns
+    before it (at most ``context_turns``, the most recent) as :func:`turns_as_passages`. Training builds
+    its rows with this function and serving its inputs, so both hand the packer the same thread.
+
+    >>> thread_input([{"role": "user", "content": "Plans?"}, {"role": "assistant", "content": "Basic is $5."},
+    ...               {"role": "user", "content": "Sort by price"}])
+    ('Sort by price', [{'title': 'user', 'text': 'Plans?'}, {'title': 'assistant', 'text': 'Basic is $5.'}])
+    """
+    if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence) or not messages:
+        raise ValueError("messages must be a non-empty list of {role, content} mappings")
+    for i, m in enumerate(messages):
+        if not isinstance(m, Mapping) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+            raise ValueError(f"message {i} must be a mapping with string 'role' and 'content', got {m!r}")
+    user_idx = [i for i, m in enumerate(messages) if m["role"] == "user"]
+    if not user_idx:
+        raise ValueError("the thread has no user message")
+    last = user_idx[-1]
+    question = messages[last]["content"]
+    if not question.strip():
+        raise ValueError("the latest user message is empty")
+    prev = [m for m in messages[:last] if m["content"].strip()]
+    return question, turns_as_passages(prev[-context_turns:] if context_turns else [])
+
+
 @dataclass(frozen=True)
 class RetrievalGateConfig:
     """RetrievalGate settings.
 
     skip_threshold: SKIP when P(SKIP) >= this; None uses the bundle's ``thresholds.skip``.
-    context_turns: how many previous turns go in as context (the most recent ones).
+    context_turns: how many previous turns go in as context (the most recent ones); training's rows use
+        the default (:data:`CONTEXT_TURNS`), so another value hands the model threads cut unlike its training's.
     max_tokens: window for question + context; None uses the bundle's max_length (never more).
     backend / precision / intra_op_threads / verify_checksums / cpu: as for the scorer (the same
         runtime selection: the fastest variant this CPU supports that passes the parity probe).
     """
 
     skip_threshold: float | None = None
-    context_turns: int = 6
+    context_turns: int = CONTEXT_TURNS
     max_tokens: int | None = None
     precision: str = "auto"
     intra_op_threads: int = 0
@@ -95,7 +125,7 @@ class RetrievalGate:
         self.skip_threshold = config.skip_threshold if config.skip_threshold is not None else m.threshold("skip")
         if m.long_context_strategy == "truncate":
             raise ValueError("this retrieval-gate bundle packs with 'truncate' (oldest turns first): retrain it with "
-                             "long_context_strategy select_lines or recent")
+                             "long_context_strategy select_lines, referenced_turn or recent")
         self._packer = model.packer_for(config.max_tokens)
 
     @classmethod
@@ -113,30 +143,15 @@ class RetrievalGate:
         return f"RetrievalGate(bundle={str(self._model.path)!r}, variant={self.variant!r}, cpu={self._model.cpu.isa_class!r})"
 
     def build_input(self, messages: Sequence[Mapping[str, Any]]) -> tuple[str, list[dict[str, str]]] | None:
-        """(question, passages) for a thread, or None when this is the thread's first user message.
+        """(question, passages) for a thread (:func:`thread_input`, as training built its rows), or None
+        when this is the thread's first user message.
 
         Raises ValueError for malformed threads (``decide`` turns that into RETRIEVE).
         """
-        if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence) or not messages:
-            raise ValueError("messages must be a non-empty list of {role, content} mappings")
-        for i, m in enumerate(messages):
-            if not isinstance(m, Mapping) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
-                raise ValueError(f"message {i} must be a mapping with string 'role' and 'content', got {m!r}")
-        user_idx = [i for i, m in enumerate(messages) if m["role"] == "user"]
-        if not user_idx:
-            raise ValueError("the thread has no user message")
-        last = user_idx[-1]
-        question = messages[last]["content"]
-        if not question.strip():
-            raise ValueError("the latest user message is empty")
-        if len(user_idx) == 1:
+        question, passages = thread_input(messages, self.config.context_turns)
+        if sum(m["role"] == "user" for m in messages) == 1:
             return None
-        prev = [m for m in messages[:last] if m["content"].strip()]
-        if self.config.context_turns:
-            prev = prev[-self.config.context_turns:]
-        else:
-            prev = []
-        return question, turns_as_passages(prev)
+        return question, passages
 
     def decide(self, messages: Sequence[Mapping[str, Any]]) -> GateDecision:
         """RETRIEVE or SKIP for the latest user message; any problem gives RETRIEVE with the reason."""

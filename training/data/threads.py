@@ -3,9 +3,9 @@
 A thread is ``{id, messages: [{role, content}, ...], label: RETRIEVE|SKIP, category?, domain?, pair?}``
 whose last message is the user's new turn. ``domain`` names the deployment the thread was written for;
 ``pair`` joins two threads into a contrastive pair: one conversation prefix, two final user messages, one
-SKIP and one RETRIEVE (retrieval-gate/pairs.jsonl). The gate model sees it the way :func:`suffice.serving.retrieval_gate.turns_as_passages`
-packs it in production: the latest user message is the question, the earlier turns are the passages
-(title = role); label 1 = SKIP, 0 = RETRIEVE.
+SKIP and one RETRIEVE (retrieval-gate/pairs.jsonl). The gate model sees it the way serving's
+:func:`suffice.serving.gates.retrieval.thread_input` builds it: the latest user message is the question,
+the earlier turns are the passages (title = role); label 1 = SKIP, 0 = RETRIEVE.
 
 - :func:`load_retrieval_threads`: validated :class:`RetrievalThread` objects (errors name file, line, field).
 - :func:`gate_training_rows`: those threads as the rows training reads (prepared-data columns).
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
 
-from suffice.serving.gates.retrieval import turns_as_passages
+from suffice.serving.gates.retrieval import thread_input
 from suffice.training.data.records import Record, iter_strict_records
 from suffice.training.data.splits import check_fractions, hash_split
 
@@ -158,11 +158,12 @@ def conversation_group(thread: RetrievalThread) -> str:
 
 
 def gate_training_row(thread: RetrievalThread) -> dict[str, Any]:
-    """One thread as the row training reads: question = latest user message, passages = earlier turns
-    (title = role), label 1 = SKIP, 0 = RETRIEVE, group = :func:`conversation_group`."""
+    """One thread as the row training reads: (question, passages) as serving builds them
+    (:func:`~suffice.serving.gates.retrieval.thread_input`), label 1 = SKIP, 0 = RETRIEVE, group = :func:`conversation_group`."""
     label = 1 if thread.label == "SKIP" else 0
+    question, passages = thread_input(thread.messages)
     return {
-        "id": thread.id, "question": thread.messages[-1]["content"], "passages": turns_as_passages(thread.messages[:-1]),
+        "id": thread.id, "question": question, "passages": passages,
         "label": label, "level": "", "label_source": "gate-dataset", "source": "retrieval-gate",
         "group": conversation_group(thread), "gold_label": label, "variant": "", "parent_id": "",
         "kind": str(thread.category or ""), "answers": [],
@@ -208,7 +209,8 @@ def thread_item(record: Mapping[str, Any], path: str | Path | None = None, line:
     rec = Record(record, Path(path) if path is not None else Path("<thread>"), line)
     messages = _checked_messages(rec)
     label = _checked_label(rec, required=False)
-    item: dict[str, Any] = {"question": messages[-1]["content"], "passages": turns_as_passages(messages[:-1])}
+    question, passages = thread_input(messages)
+    item: dict[str, Any] = {"question": question, "passages": passages}
     if label is not None:
         item["label"] = int(label == "SKIP")
     return item

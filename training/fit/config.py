@@ -140,7 +140,7 @@ class TrainConfig:
     max_length: encoder window in tokens; the question is never truncated.
     long_context_strategy: how context beyond the window is handled (serving.packing):
         ``select`` (question-aware sentence selection), ``select_lines`` (the same with line breaks
-        ending units: tables, lists, chat replies), ``truncate``, ``recent`` (latest passages).
+        ending units), ``referenced_turn`` / ``_exchange`` (the latest reply first), ``truncate``, ``recent``.
     data: the DataConfig section (see suffice.training.data.builder.DataConfig).
     train_file / validation_file / test_file: canonical JSONL instead of ``data`` (fixtures, smoke runs).
     gate: retrieval-gate data (task ``retrieval_gate`` only).
@@ -192,7 +192,7 @@ class TrainConfig:
     finetune: Literal["lora", "full"] = "lora"
     lora: LoraSettings = field(default_factory=LoraSettings)
     max_length: int = 256
-    long_context_strategy: Literal["select", "truncate", "recent", "select_lines"] = "select"
+    long_context_strategy: Literal["select", "truncate", "recent", "select_lines", "referenced_turn", "referenced_exchange"] = "select"
 
     data: dict[str, Any] = field(default_factory=dict)
     train_file: str | None = None
