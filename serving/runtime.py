@@ -21,7 +21,6 @@ import numpy as np
 from suffice.serving.backends import (BACKENDS, OPENVINO_INSTALL, PRECISIONS, Variant, open_engine, openvino_available,
                                       rank_variants, trim_heap)
 from suffice.serving.bundle import BundleError, BundleManifest, read_manifest, read_probe, verify_bundle
-from suffice.serving.calibration import softmax  # noqa: F401  (the one softmax, re-exported: callers import it from here)
 from suffice.serving.cpu import CpuInfo, detect
 from suffice.serving.packing import ContextPacker, PackedInput, pad_packed
 from suffice.serving.probe import ParityProbe, ProbeCheck

@@ -8,7 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from suffice.training.fit.calibration import fit_temperature, nll, softmax, threshold_for_precision
+from suffice.serving.calibration import softmax
+from suffice.training.fit.calibration import fit_temperature, nll, threshold_for_precision
 from suffice.training.evaluation.metrics import (
     classification_metrics,
     cohen_kappa,

@@ -70,7 +70,8 @@ def copy(bundle, tmp_path):
 
 def test_export_writes_a_checksummed_probe_with_the_fp32_scores(bundle):
     from suffice.serving.bundle import read_manifest, read_probe
-    from suffice.serving.runtime import OnnxClassifier, RuntimeConfig, softmax
+    from suffice.serving.calibration import softmax
+    from suffice.serving.runtime import OnnxClassifier, RuntimeConfig
 
     m = read_manifest(bundle)
     assert m.probe_file == "probe.npz" and "probe.npz" in m.files

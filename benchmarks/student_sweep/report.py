@@ -18,7 +18,8 @@ from collections import defaultdict
 
 import numpy as np
 
-from suffice.training.fit.calibration import fit_temperature, softmax
+from suffice.serving.calibration import softmax
+from suffice.training.fit.calibration import fit_temperature
 from suffice.training.evaluation.metrics import auroc, expected_calibration_error
 
 VAL_SOURCES = ("squad2", "qed", "hotpotqa-fullwiki", "wiki-synthetic")

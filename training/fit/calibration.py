@@ -28,7 +28,6 @@ from typing import Literal, Sequence
 import numpy as np
 
 from suffice.serving.calibration import Calibration, sigmoid
-from suffice.serving.calibration import softmax  # noqa: F401  (the one softmax; re-exported)
 from suffice.serving.config import ConfigError
 
 T_MIN, T_MAX = 0.05, 20.0
@@ -183,11 +182,8 @@ def fit_platt(logits: np.ndarray, labels: np.ndarray, positive_index: int = 1,
     from scipy.optimize import minimize
 
     def loss_and_grad(ab: np.ndarray) -> tuple[float, np.ndarray]:
-        x = ab[0] * margin + ab[1]
-        p = sigmoid(x)
-        loss = float((w * (y * np.logaddexp(0.0, -x) + (1 - y) * np.logaddexp(0.0, x))).sum())
-        r = w * (p - y)
-        return loss, np.array([(r * margin).sum(), r.sum()])
+        r = w * (sigmoid(ab[0] * margin + ab[1]) - y)
+        return platt_nll(margin, y, ab[0], ab[1], w), np.array([(r * margin).sum(), r.sum()])
 
     res = minimize(loss_and_grad, np.array([1.0, 0.0]), jac=True, method="L-BFGS-B",
                    bounds=[(1 / T_MAX, 1 / T_MIN), (-PLATT_B_MAX, PLATT_B_MAX)])

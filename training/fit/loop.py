@@ -113,7 +113,7 @@ def improved(cfg: TrainConfig, value: float, best: float | None) -> bool:
 def validation_metrics(accelerator, model, val_dl, val_ds, cfg: TrainConfig, weights) -> tuple[dict[str, float], np.ndarray]:
     """Validation loss, accuracy, macro-F1, AUROC and ECE (uncalibrated) on the whole split, the
     means over sources of macro-F1 and AUROC (``source_macro_f1``, ``source_auroc``), and the logits."""
-    from suffice.serving.runtime import softmax
+    from suffice.serving.calibration import softmax
     from suffice.training.evaluation.metrics import per_source_metrics, source_means
 
     logits, rows = predict(accelerator, model, val_dl)
