@@ -2,8 +2,9 @@
 
 The latest user message is the "question" (never truncated); the previous turns are the
 "passages" (title = role, :func:`thread_input`), packed with the bundle's long-context strategy,
-as in training: ``referenced_turn`` (the latest assistant reply and the user turn it answered
-first, then other lines sharing terms with the new message), ``select_lines`` (the lines of earlier
+as in training: ``referenced_exchange`` (the latest exchange first, its user turn then the reply,
+then other lines sharing terms with the new message), ``referenced_turn`` (the same, the reply
+before its user turn), ``select_lines`` (the lines of earlier
 turns that share terms with the new message, in their original order) or ``recent`` (the newest
 turns, the oldest trimmed first). The first user message of a thread is always RETRIEVE (nothing
 to answer from yet) without running the model. Any error or malformed input gives RETRIEVE with the
@@ -125,7 +126,7 @@ class RetrievalGate:
         self.skip_threshold = config.skip_threshold if config.skip_threshold is not None else m.threshold("skip")
         if m.long_context_strategy == "truncate":
             raise ValueError("this retrieval-gate bundle packs with 'truncate' (oldest turns first): retrain it with "
-                             "long_context_strategy select_lines, referenced_turn or recent")
+                             "long_context_strategy referenced_exchange, select_lines, referenced_turn or recent")
         self._packer = model.packer_for(config.max_tokens)
 
     @classmethod
