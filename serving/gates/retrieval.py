@@ -126,7 +126,7 @@ class RetrievalGate:
         self.skip_threshold = config.skip_threshold if config.skip_threshold is not None else m.threshold("skip")
         if m.long_context_strategy == "truncate":
             raise ValueError("this retrieval-gate bundle packs with 'truncate' (oldest turns first): retrain it with "
-                             "long_context_strategy referenced_exchange, select_lines, referenced_turn or recent")
+                             "long_context_strategy select_lines, referenced_exchange, referenced_turn or recent")
         self._packer = model.packer_for(config.max_tokens)
 
     @classmethod
