@@ -81,7 +81,7 @@ def check_parity(merged: Path, bundle: Path, packed: Sequence[Any], pad_id: int,
             report.update(int8_agreement=agreement)
             if agreement < pc.min_agreement:
                 raise ParityError(f"int8 decisions agree with fp32 on {agreement:.2%} of {len(packed)} items (needs >= {pc.min_agreement:.0%}); "
-                                  f"largest logit difference {report['int8_max_abs_logit_diff']:.3g}: leave ONNX Runtime int8 out with --no-quantize",
+                                  f"largest logit difference {report['int8_max_abs_logit_diff']:.3g}: {ORT_INT8_REMEDY}",
                                   check="int8_agreement", largest_difference=pc.min_agreement - agreement, tolerance=1 - pc.min_agreement)
     if openvino_int8:
         report["openvino_int8"] = openvino_int8_parity(bundle / openvino_int8, batches, fp32_all, labels, meta, pc)
@@ -116,7 +116,7 @@ def _openvino_rule(path: Path, hint: str | None, batches: Sequence[dict[str, np.
     out: dict[str, Any] = {"items": int(len(ov_all)), "max_abs_logit_diff": float(np.abs(ov_all - fp32_all).max())}
     try:
         if len(meta.id2label) == 2:
-            rep = int8_parity(fp32_all, ov_all, labels, meta, pc)
+            rep = int8_parity(fp32_all, ov_all, labels, meta, pc, remedy="not used by serving" if hint else "left out of the bundle")
         else:
             rep = {"int8_agreement": float((fp32_all.argmax(1) == ov_all.argmax(1)).mean())}
             if rep["int8_agreement"] < pc.min_agreement:
@@ -125,8 +125,7 @@ def _openvino_rule(path: Path, hint: str | None, batches: Sequence[dict[str, np.
                                   tolerance=1 - pc.min_agreement)
         out.update({k.replace("int8_", "", 1) if k.startswith("int8_") else k: v for k, v in rep.items()}, passed=True)
     except ParityError as e:
-        left_out = "not used by serving" if hint else "left out of the bundle"
-        out.update(passed=False, refused=f"{e.check}: {e}".replace("leave ONNX Runtime int8 out with --no-quantize", left_out))
+        out.update(passed=False, refused=f"{e.check}: {e}")
     return out
 
 
@@ -150,10 +149,13 @@ def decision_thresholds(meta: ModelMeta) -> list[float]:
     return sorted(values)
 
 
-def int8_parity(fp32_logits: np.ndarray, int8_logits: np.ndarray, labels: Sequence[int | None], meta: ModelMeta,
-                pc: ParityConfig) -> dict[str, Any]:
-    """The quality-preserving int8 check of a binary model (see :class:`ParityConfig`); raises :class:`ParityError`.
+ORT_INT8_REMEDY = "leave ONNX Runtime int8 out with --no-quantize"
 
+
+def int8_parity(fp32_logits: np.ndarray, int8_logits: np.ndarray, labels: Sequence[int | None], meta: ModelMeta,
+                pc: ParityConfig, remedy: str = ORT_INT8_REMEDY) -> dict[str, Any]:
+    """The quality-preserving int8 check of a binary model (see :class:`ParityConfig`); raises :class:`ParityError`
+    whose message ends with ``remedy`` (what happens to, or what to do about, the refused int8 model).
     """
     cal, pos = meta.calibrator, meta.positive_index  # the calibration serving applies (temperature or Platt)
     s32, s8 = cal.scores(fp32_logits, pos), cal.scores(int8_logits, pos)
@@ -172,12 +174,12 @@ def int8_parity(fp32_logits: np.ndarray, int8_logits: np.ndarray, labels: Sequen
     if out["int8_confident_agreement"] < pc.min_confident_agreement:
         raise ParityError(f"int8 decisions agree with fp32 on {out['int8_confident_agreement']:.2%} of the {out['int8_confident_items']} items "
                           f"whose fp32 score is >= {pc.confident_margin:g} from every threshold (needs >= {pc.min_confident_agreement:.0%}): "
-                          "int8 changes clear decisions; leave ONNX Runtime int8 out with --no-quantize",
+                          f"int8 changes clear decisions; {remedy}",
                           check="int8_confident_agreement", largest_difference=pc.min_confident_agreement - out["int8_confident_agreement"],
                           tolerance=1 - pc.min_confident_agreement)
     if out["int8_mean_abs_score_change"] > pc.max_mean_score_shift:
         raise ParityError(f"int8 moves the calibrated score by {out['int8_mean_abs_score_change']:.4f} on average (allowed {pc.max_mean_score_shift:g}; "
-                          f"largest {out['int8_max_abs_score_change']:.3f}): leave ONNX Runtime int8 out with --no-quantize",
+                          f"largest {out['int8_max_abs_score_change']:.3f}): {remedy}",
                           check="int8_score_shift", largest_difference=out["int8_mean_abs_score_change"], tolerance=pc.max_mean_score_shift)
     if labels and all(lab is not None for lab in labels):
         from suffice.training.evaluation.metrics import auroc
@@ -190,7 +192,7 @@ def int8_parity(fp32_logits: np.ndarray, int8_logits: np.ndarray, labels: Sequen
             out[f"{name}_fp32"], out[f"{name}_int8"] = v32, v8
             if enforce and np.isfinite(v32) and np.isfinite(v8) and v32 - v8 > pc.max_metric_drop:
                 raise ParityError(f"int8 {name} {v8:.4f} is {100 * (v32 - v8):.2f} points below fp32 {v32:.4f} (allowed {100 * pc.max_metric_drop:.2f}): "
-                                  "leave ONNX Runtime int8 out with --no-quantize", check=f"int8_{name}", largest_difference=v32 - v8, tolerance=pc.max_metric_drop)
+                                  f"{remedy}", check=f"int8_{name}", largest_difference=v32 - v8, tolerance=pc.max_metric_drop)
     return out
 
 
