@@ -102,14 +102,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"suffice demo: unexpected argument(s) {bad}: training overrides look like --key=value", file=sys.stderr)
         return 2
     t0 = time.perf_counter()
+    stage0 = args.stage0 == "on"
+    steps = 3 if stage0 else 2
     if not args.skip_data:
         from suffice.training.data import cli as data_cli
 
-        print(f"== 1/{3 if args.stage0 == 'on' else 2}  data: prepare and describe the shared data ==", flush=True)
+        print(f"== 1/{steps}  data: prepare and describe the shared data ==", flush=True)
         rc = data_cli.main(["prepare", "--config", args.data_config])
         if rc:
             return rc
-    stage0 = args.stage0 == "on"
     try:
         first, overrides = split_overrides(overrides, stage0)
     except ValueError as e:
@@ -133,8 +134,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"suffice demo: stage 0 failed with exit code {rc} (see the messages above)", file=sys.stderr)
             return rc
         overrides = [f"--base_model={stage0_dir}", *overrides]
-    step = "3/3" if stage0 else "2/2"
-    print(f"\n== {step}  train, evaluate on test, export the bundle, register it in MLflow ==", flush=True)
+    print(f"\n== {steps}/{steps}  train, evaluate on test, export the bundle, register it in MLflow ==", flush=True)
     rc = launch(args.config, [*precision, *([] if args.no_export else ["--export=true"]), *overrides], env)
     if rc:
         print(f"suffice demo: training failed with exit code {rc} (see the messages above)", file=sys.stderr)
