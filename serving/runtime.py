@@ -123,9 +123,9 @@ class OnnxClassifier:
             if engine is None:
                 continue
             if probe is not None:
-                check = probe.check(self._probe_scores(engine, probe), list(manifest.thresholds.values()))
+                check = probe.check(self._probe_scores(engine, probe), list(manifest.thresholds.values()), variant.name)
                 if not check.ok:
-                    log.warning("%s: variant %s drifts from the bundle's fp32 scores (%s): not used", self.path, variant.name, check.describe())
+                    log.warning("%s: variant %s drifts from the bundle's probe scores (%s): not used", self.path, variant.name, check.describe())
                     self.rejected.append({"variant": variant.name, "reason": "parity probe: " + check.describe()})
                     continue
                 self.probe_check = check
@@ -180,12 +180,7 @@ class OnnxClassifier:
         return engine
 
     def _probe_scores(self, engine: Any, probe: ParityProbe) -> np.ndarray:
-        # one row per call, as a service scores: batches of 8 x 256 tokens left OpenVINO holding 34 MB more
-        scores = np.zeros(len(probe.scores))
-        for rows, feeds in probe.batches(batch_size=1):
-            logits = self._checked(engine.run(feeds))
-            scores[rows] = self.manifest.calibrator.scores(logits, self.manifest.positive_index)
-        return scores
+        return probe.scores_of(lambda feeds: self._checked(engine.run(feeds)), self.manifest.calibrator, self.manifest.positive_index)
 
     def packer_for(self, max_length: int | None = None, strategy: str | None = None) -> ContextPacker:
         """A packer sharing this tokenizer with a different window or strategy (never wider than the model's)."""

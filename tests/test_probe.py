@@ -45,6 +45,40 @@ def test_probe_rejects_drift_and_clear_flips_but_not_flips_at_a_threshold():
     assert not shift.ok and shift.confident_flips == 0 and shift.mean_abs_score_change == pytest.approx(0.03)
 
 
+def test_a_shipped_variant_is_held_to_what_export_measured_not_to_a_small_fp32_sample(tmp_path):
+    """The 2026-11-28 demo bundle: OpenVINO int8 moved scores by 0.0084 on export's 200 items but 0.0102 on the
+    32 probe items, so a check against fp32 refused on every load the variant export had passed."""
+    from suffice.serving.probe import ParityProbe
+
+    fp32 = np.array([0.05, 0.95, 0.3, 0.7, 0.62])
+    exported = fp32 + np.array([0.015, -0.015, 0.015, -0.015, 0.015])  # what export's int8 rule judged and passed
+    p = _probe(fp32).with_variant_scores({"openvino-int8": exported})
+    p.write(tmp_path / "probe.npz")
+    back = ParityProbe.read(tmp_path / "probe.npz")
+    np.testing.assert_array_equal(back.variant_scores["openvino-int8"], exported)
+
+    here = exported + 0.002  # this CPU reproduces the exported variant
+    ok = back.check(here, thresholds=[0.8, 0.5], variant="openvino-int8")
+    assert ok.ok and ok.reference == "openvino-int8" and ok.mean_abs_score_change == pytest.approx(0.002)
+    assert "from export's openvino-int8 scores" in ok.describe()
+    # the same scores judged against fp32 (a variant export never measured, e.g. OpenVINO bf16) drift too far
+    assert not back.check(here, thresholds=[0.8, 0.5], variant="openvino-bf16").ok
+    assert back.check(here, thresholds=[0.8, 0.5], variant="openvino-bf16").reference == "fp32"
+    # a CPU whose kernels move the exported variant is still caught: drift, or a flip of an fp32-confident item
+    assert not back.check(exported + 0.03, thresholds=[0.8, 0.5], variant="openvino-int8").ok
+    flipped = exported.copy()
+    flipped[2] = 0.52  # 0.3 is confident in fp32 (>= 0.1 from 0.5 and 0.8): its decision must not change
+    bad = back.check(flipped, thresholds=[0.8, 0.5], variant="openvino-int8")
+    assert not bad.ok and bad.confident_flips == 1
+
+
+def test_probe_refuses_variant_scores_of_the_wrong_shape():
+    from suffice.serving.probe import ProbeError
+
+    with pytest.raises(ProbeError, match="variant 'openvino-int8'"):
+        _probe([0.1, 0.9]).with_variant_scores({"openvino-int8": [0.1]})
+
+
 def test_damaged_probe_file_names_the_file(tmp_path):
     from suffice.serving.probe import ParityProbe, ProbeError
 
@@ -81,6 +115,21 @@ def test_export_writes_a_checksummed_probe_with_the_fp32_scores(bundle):
     got = softmax(fp32.run({k: getattr(probe, k) for k in ("input_ids", "token_type_ids", "attention_mask")}), m.temperature)[:, 1]
     np.testing.assert_allclose(got, probe.scores, atol=1e-5)
     assert fp32.probe_check.ok and fp32.probe_check.items == 24
+
+
+def test_export_records_the_shipped_int8_variant_and_serving_reproduces_it(bundle):
+    from suffice.serving.bundle import read_manifest, read_probe
+    from suffice.serving.runtime import OnnxClassifier, RuntimeConfig
+
+    m = read_manifest(bundle)
+    probe = read_probe(bundle, m)
+    assert m.int8_model_file and "onnxruntime-int8" in probe.variant_scores
+    assert set(probe.variant_scores) <= {"onnxruntime-int8", "openvino-int8", "openvino-int8-bf16"}
+    int8 = OnnxClassifier(bundle, RuntimeConfig(precision="int8", backend="onnxruntime"))
+    assert int8.probe_check.ok and int8.probe_check.reference == "onnxruntime-int8"
+    assert int8.probe_check.mean_abs_score_change < 1e-6  # same CPU, same engine: export's scores exactly
+    fp32 = OnnxClassifier(bundle, RuntimeConfig(precision="fp32", backend="onnxruntime"))
+    assert fp32.probe_check.reference == "fp32"
 
 
 def test_every_loaded_variant_is_checked_and_reported(bundle):

@@ -88,7 +88,8 @@ def export_bundle(
                 for f in (bundle / ov_file, (bundle / ov_file).with_suffix(".bin")):
                     f.unlink()
                 ov_file = None
-        probe_file = write_probe(bundle, packed, fp32_par, meta, pc, packer.pad_id, probe_items) if probe_items else None
+        probe_file = (write_probe(bundle, packed, fp32_par, meta, pc, packer.pad_id, probe_items,
+                                  variants=shipped_int8_variants(quantize, ov_file, report)) if probe_items else None)
         write_manifest(bundle, meta, report, quantized=quantize, probe_file=probe_file, registered_model=registered_model,
                        model_version=model_version, openvino_int8_file=ov_file)
         check_roundtrip(bundle, packed, fp32_par, pc)
@@ -100,6 +101,19 @@ def export_bundle(
         return out_dir
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def shipped_int8_variants(quantized: bool, ov_file: str | None, report: dict[str, Any]) -> list[Any]:
+    """The int8 variants the bundle ships that export's rule passed: ONNX Runtime int8, OpenVINO int8 and,
+    where its bf16-hint check passed, OpenVINO int8 with the bf16 hint (the probe records their scores)."""
+    from suffice.serving.backends import ONNXRUNTIME, OPENVINO, Variant
+
+    out = [Variant(ONNXRUNTIME, "int8", MODEL_INT8)] if quantized else []
+    if ov_file:
+        out.append(Variant(OPENVINO, "int8", ov_file))
+        if ((report.get("openvino_int8") or {}).get("bf16_hint") or {}).get("passed") is True:
+            out.append(Variant(OPENVINO, "int8", ov_file, "bf16"))
+    return out
 
 
 def make_openvino_int8(bundle: Path, packed: Sequence[Any], pad_id: int, wanted: bool, *,

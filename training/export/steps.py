@@ -124,9 +124,15 @@ def quantise(src: Path, dst: Path, reduce_range: bool | None = None, weight_type
 
 
 def write_probe(bundle: Path, packed: Sequence[Any], fp32_logits: np.ndarray, meta: ModelMeta, pc: ParityConfig,
-                pad_id: int, n_items: int = 32) -> str:
+                pad_id: int, n_items: int = 32, variants: Sequence[Any] = ()) -> str:
     """Store ``n_items`` packed inputs (spread over the parity items) with their fp32 calibrated positive scores
-    as the bundle's parity probe; returns its file name. Serving checks every variant against it at load."""
+    as the bundle's parity probe; returns its file name. Serving checks every variant against it at load.
+
+    ``variants``: the shipped variants export's int8 rule passed (:class:`suffice.serving.backends.Variant`
+    of files in ``bundle``); each scores the probe here with the serving engine and the probe stores those
+    scores, which serving then expects that variant to reproduce on its CPU (see :mod:`suffice.serving.probe`).
+    """
+    from suffice.serving.backends import open_engine
     from suffice.serving.packing import pad_packed
     from suffice.serving.probe import PROBE_FILE, ParityProbe
 
@@ -135,7 +141,12 @@ def write_probe(bundle: Path, packed: Sequence[Any], fp32_logits: np.ndarray, me
     scores = meta.calibrator.scores(fp32_logits[rows], meta.positive_index)
     probe = ParityProbe.from_rows(pad_packed([packed[i] for i in rows], pad_id), scores,
                                   max_mean_score_shift=pc.max_mean_score_shift, confident_margin=pc.confident_margin)
-    probe.write(bundle / PROBE_FILE)
+    measured = {}
+    for variant in variants:
+        engine = open_engine(bundle, variant)
+        measured[variant.name] = probe.scores_of(engine.run, meta.calibrator, meta.positive_index)
+        del engine
+    probe.with_variant_scores(measured).write(bundle / PROBE_FILE)
     return PROBE_FILE
 
 
