@@ -32,12 +32,16 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from suffice.training.data.schema import is_synthetic_source
+
 # name -> (calibration.pool, calibration.method); the first is today's default
 VARIANTS = {
     "pooled-temperature": ("pooled", "temperature"),
     "balanced-temperature": ("source_balanced", "temperature"),
     "pooled-platt": ("pooled", "platt"),
     "balanced-platt": ("source_balanced", "platt"),
+    "real-temperature": ("real", "temperature"),
+    "real-platt": ("real", "platt"),
 }
 TODAY = "pooled-temperature"
 SUFFICIENT = 0.8
@@ -47,7 +51,7 @@ SELECTION_RULE = ("lowest worst per-source validation ECE over the real sources 
 
 def is_real(source: str) -> bool:
     """Real sources are labelled by the autorater or gold; ``*-synthetic`` ones are teacher-written."""
-    return not source.endswith("-synthetic")
+    return not is_synthetic_source(source)
 
 
 def source_table(scores: np.ndarray, labels: np.ndarray, sources: Sequence[str], ece_bins: int,

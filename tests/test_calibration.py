@@ -146,6 +146,25 @@ def test_bench_compares_variants_on_validation_only():
     val = {"logits": np.concatenate([z_big, z_small]), "labels": np.concatenate([y_big, y_small]),
            "sources": ["wiki-synthetic"] * 3000 + ["squad2"] * 300}
     r = compare_variants(val, None)
-    # the synthetic source is left out of the selection; squad2's over-confidence is fixed only by a balanced fit
-    assert r["selected"] != TODAY and r["selected"].startswith("balanced")
+    # the synthetic source is left out of the selection; squad2's over-confidence is fixed only by a fit that
+    # weighs it (balanced) or fits on it alone (real)
+    assert r["selected"] != TODAY and r["selected"].startswith(("balanced", "real"))
+    assert r["variants"]["real-platt"]["validation"]["squad2"]["ece"] < r["variants"]["balanced-platt"]["validation"]["squad2"]["ece"]
     assert all("test" not in v for v in r["variants"].values())
+
+
+def test_real_pool_fits_on_the_real_sources_only():
+    from suffice.training.fit.calibration import CalibrationSettings, fit_calibration, pool_weights
+
+    rng = np.random.default_rng(11)
+    z_syn, y_syn = _binary_logits(rng, 3000, true_t=1.0)
+    z_real, y_real = _binary_logits(rng, 400, true_t=3.0)
+    logits, labels = np.concatenate([z_syn, z_real]), np.concatenate([y_syn, y_real])
+    sources = ["wiki-synthetic"] * 3000 + ["squad2"] * 200 + ["qed"] * 200
+    real = fit_calibration(CalibrationSettings(pool="real"), logits, labels, sources, 1)
+    alone = fit_calibration(CalibrationSettings(), z_real, y_real, None, 1)
+    pooled = fit_calibration(CalibrationSettings(), logits, labels, sources, 1)
+    assert real.temperature == pytest.approx(alone.temperature, rel=1e-6) and abs(pooled.temperature - 1.0) < abs(real.temperature - 1.0)
+    assert pool_weights("real", ["wiki-synthetic"] * 3) is None  # no real items: every item alike
+    with pytest.raises(Exception, match="pool"):
+        CalibrationSettings(pool="synthetic")

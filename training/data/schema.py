@@ -16,6 +16,14 @@ from typing import Any
 
 from suffice.serving.bundle import LEVELS  # noqa: F401  (re-exported: the bundle names the levels)
 
+SYNTHETIC_SUFFIX = "-synthetic"  # a teacher-written set's source name: "<seed source>-synthetic"
+
+
+def is_synthetic_source(source: str) -> bool:
+    """Whether items of ``source`` were written by the teacher (``wiki-synthetic``...), not drawn from a real
+    dataset; they are never in a test split."""
+    return str(source).endswith(SYNTHETIC_SUFFIX)
+
 LABEL_SOURCES = ("autorater", "gold", "synthetic", "constructed", "rater")
 SPLITS = ("train", "validation", "test")
 

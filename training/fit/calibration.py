@@ -10,7 +10,9 @@ logits -> calibrated probabilities); this module only fits it (:func:`fit_calibr
 Why ``source_balanced``: the validation pool is one population only by accident. In the full config
 the synthetic wiki validation source holds 2,509 of 3,449 items, so a pooled fit calibrates for
 that source and leaves the real ones (squad2, qed, hotpotqa-fullwiki) off; weighting each item by
-``1 / n_source`` makes every source count the same (:func:`source_weights`).
+``1 / n_source`` makes every source count the same (:func:`source_weights`). ``real`` fits on the
+real sources' items only (the teacher-written ``*-synthetic`` ones get weight 0), pooled among them:
+the populations a service meets, which is also what every test split holds.
 
 >>> import numpy as np
 >>> logits = np.array([[4.0, -4.0], [-4.0, 4.0], [4.0, -4.0], [-4.0, 4.0]])
@@ -31,6 +33,7 @@ from suffice.serving.calibration import Calibration, sigmoid
 from suffice.serving.config import ConfigError
 
 T_MIN, T_MAX = 0.05, 20.0
+POOLS = ("pooled", "source_balanced", "real")  # calibration.pool: which validation items the fit weighs
 PLATT_B_MAX = 10.0  # |b|: an offset beyond this sends every score to 0 or 1; the data never asks for it
 
 
@@ -42,8 +45,9 @@ class CalibrationSettings:
     method: ``temperature`` (one T: ``softmax(logits / T)``) or ``platt`` (binary models only:
         ``sigmoid(a * (z_pos - z_neg) + b)``, a slope and an offset, so the 0.5 point can move).
     pool: which validation items the fit weighs: ``pooled`` (every item alike: the biggest
-        source decides) or ``source_balanced`` (each item 1 / n_source, normalised: every source
-        counts the same, see :func:`source_weights`). The thresholds are not re-weighted: the
+        source decides), ``source_balanced`` (each item 1 / n_source, normalised: every source
+        counts the same, see :func:`source_weights`) or ``real`` (only the real sources' items, pooled;
+        the teacher-written ``*-synthetic`` ones are left out; all items when there are no real ones). The thresholds are not re-weighted: the
         sufficiency levels are fixed by meaning (>= 0.8 / >= 0.5 calibrated P), and the retrieval
         gate's SKIP threshold is a precision target on its validation threads, one source, where
         balanced and pooled are the same population.
@@ -56,7 +60,7 @@ class CalibrationSettings:
 
     temperature: Literal["fit", "none"] = "fit"
     method: Literal["temperature", "platt"] = "temperature"
-    pool: Literal["pooled", "source_balanced"] = "pooled"
+    pool: Literal["pooled", "source_balanced", "real"] = "pooled"
     sufficient: float = 0.8
     partial: float = 0.5
     skip_min_precision: float = 0.95
@@ -72,6 +76,9 @@ class CalibrationSettings:
                 f"calibration.partial={self.partial} > calibration.sufficient={self.sufficient}: "
                 "partial is the lower threshold; swap them"
             )
+        for name, allowed in (("method", ("temperature", "platt")), ("pool", POOLS)):
+            if getattr(self, name) not in allowed:
+                raise ConfigError(f"calibration.{name}={getattr(self, name)!r} is not one of {list(allowed)}")
         if self.ece_bins < 2:
             raise ConfigError(f"calibration.ece_bins={self.ece_bins} must be >= 2 (15 is usual)")
         if self.temperature == "none" and self.method != "temperature":
@@ -98,6 +105,22 @@ def source_weights(sources: Sequence[str]) -> np.ndarray:
     _, inverse, counts = np.unique(src.astype(str), return_inverse=True, return_counts=True)
     w = 1.0 / counts[inverse]
     return w * (len(w) / w.sum())
+
+
+def pool_weights(pool: str, sources: Sequence[str] | None) -> np.ndarray | None:
+    """The per-item weights of ``calibration.pool`` (None = every item alike).
+
+    >>> pool_weights("real", ["wiki-synthetic", "squad2", "qed"]).tolist()
+    [0.0, 1.0, 1.0]
+    """
+    from suffice.training.data.schema import is_synthetic_source
+
+    if sources is None or pool == "pooled":
+        return None
+    if pool == "source_balanced":
+        return source_weights(sources)
+    real = np.array([not is_synthetic_source(s) for s in sources], dtype=np.float64)
+    return real if real.any() else None
 
 
 def _weights(weights: np.ndarray | None, n: int) -> np.ndarray:
@@ -204,7 +227,7 @@ def fit_calibration(settings: CalibrationSettings, logits: np.ndarray, labels: n
     """
     if settings.temperature == "none":
         return Calibration()
-    weights = source_weights(sources) if settings.pool == "source_balanced" and sources is not None else None
+    weights = pool_weights(settings.pool, sources)
     if settings.method == "platt":
         a, b = fit_platt(logits, labels, positive_index, weights)
         return Calibration("platt", a=a, b=b)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from suffice.training.data.records import write_jsonl_atomic
-from suffice.training.data.schema import Item
+from suffice.training.data.schema import SYNTHETIC_SUFFIX, Item, is_synthetic_source
 from suffice.training.synth.corpus import normalize_question
 from suffice.training.synth.generate import Seed
 from suffice.training.synth.prompt import GenerationPrompt
@@ -21,7 +21,7 @@ from suffice.training.synth.report import SynthReport
 
 
 def _synthetic_source(source: str) -> str:
-    return source if source.endswith("-synthetic") else f"{source}-synthetic"
+    return source if is_synthetic_source(source) else f"{source}{SYNTHETIC_SUFFIX}"
 
 
 def build_candidates(seeds: Sequence[Seed], generations: dict[str, Any], prompt: GenerationPrompt, generator_id: str,
