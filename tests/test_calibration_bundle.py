@@ -90,7 +90,8 @@ def test_bench_calibration_runs_on_a_tiny_model(platt_model, tmp_path):
                         "--logits-cache", str(tmp_path / "cache")], capture_output=True, text=True, timeout=300, cwd=REPO, env=dict(os.environ))
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
     r = json.loads((out / f"calibration-{platt_model.name}.json").read_text())
-    assert set(r["comparison"]["variants"]) == {"pooled-temperature", "balanced-temperature", "pooled-platt", "balanced-platt"}
+    assert set(r["comparison"]["variants"]) == {"pooled-temperature", "balanced-temperature", "pooled-platt", "balanced-platt",
+                                                "real-temperature", "real-platt"}
     assert r["comparison"]["selected"] in r["comparison"]["variants"] and r["n_validation"] == 4 and r["n_test"] == 4
     assert (tmp_path / "cache" / platt_model.name / "test.npz").is_file()
     assert "Selected on validation" in (out / "calibration.md").read_text()
