@@ -258,7 +258,8 @@ def run(bundle: str | Path, config: str = str(REPO / "configs" / "retrieval-gate
     first split's are also at the top level (the fields this report always had), with the latency and
     the acceptance examples, which do not depend on the split. The headline precision is int8; a bundle
     without an int8 model (its int8 failed the parity check at export) is measured in fp32 and says so
-    (``headline_precision``)."""
+    (``headline_precision``; ``headline_variant`` names the engine, e.g. ``openvino-int8``)."""
+    from suffice.serving.backends import openvino_available
     from suffice.serving.bundle import read_manifest
     from suffice.serving.gates.retrieval import RetrievalGate, RetrievalGateConfig
     from suffice.training.fit.config import build_train_config
@@ -267,7 +268,9 @@ def run(bundle: str | Path, config: str = str(REPO / "configs" / "retrieval-gate
     if any(n not in SPLITS for n in names):
         raise ValueError(f"unknown split {split!r}: choose one of {[*SPLITS, 'both']}")
     cfg = cfg if cfg is not None else build_train_config(config, overrides or [])
-    head = "int8" if read_manifest(bundle).int8_model_file else "fp32"
+    m = read_manifest(bundle)
+    # int8 = what precision="int8" loads: ONNX Runtime int8, or the OpenVINO int8 IR where only that passed export
+    head = "int8" if m.int8_model_file or (m.openvino_int8_model_file and openvino_available()) else "fp32"
     precisions = ("int8", "fp32") if head == "int8" else ("fp32",)
     gates = {p: RetrievalGate.load(bundle, RetrievalGateConfig(precision=p, intra_op_threads=threads)) for p in precisions}
     min_precision = cfg.calibration.skip_min_precision or 0.95
@@ -283,7 +286,8 @@ def run(bundle: str | Path, config: str = str(REPO / "configs" / "retrieval-gate
             examples = acceptance(gates[head])
     for s in splits.values():
         s["goals"], s["goals_issue21"] = split_goals(s, head, latency, examples)
-    return {"bundle": str(bundle), "hardware": hardware(threads), "headline_precision": head, "split": names[0],
+    return {"bundle": str(bundle), "hardware": hardware(threads), "headline_precision": head,
+            "headline_variant": gates[head].variant, "split": names[0],
             **splits[names[0]], "latency_128": latency, "acceptance": examples, "splits": splits}
 
 
@@ -328,7 +332,7 @@ def format_split(name: str, r: dict) -> list[str]:
 
 def format_report(r: dict) -> str:
     hw = r["hardware"]
-    lines = [f"bundle {r['bundle']} ({r['headline_precision']} headline), CPU {hw.get('cpu_model') or hw['cpu']} "
+    lines = [f"bundle {r['bundle']} ({r['headline_precision']} headline: {r.get('headline_variant', '?')}), CPU {hw.get('cpu_model') or hw['cpu']} "
              f"({hw.get('isa') or 'ISA class unknown'}{', bf16' if hw.get('bf16') else ''}), {hw['threads']} threads"]
     for name, s in r.get("splits", {r.get("split", "opening_message"): r}).items():
         lines += format_split(name, s)
