@@ -20,7 +20,7 @@ def test_shipped_configs_resolve(name):
     cfg = build_train_config(REPO / "configs" / f"{name}.yaml")
     assert cfg.registered_model == ("suffice-retrieval-gate" if name == "retrieval-gate" else "suffice-sufficiency")
     if name == "retrieval-gate":
-        assert cfg.long_context_strategy == "referenced_exchange" and cfg.resolved_baselines() == ["tfidf_lr"]
+        assert cfg.long_context_strategy == "select_lines" and cfg.resolved_baselines() == ["tfidf_lr"]
         assert cfg.id2label == {0: "RETRIEVE", 1: "SKIP"} and cfg.positive_index == 1
     else:
         assert cfg.data_config().label_source == "autorater"

@@ -2,11 +2,11 @@
 
 The latest user message is the "question" (never truncated); the previous turns are the
 "passages" (title = role, :func:`thread_input`), packed with the bundle's long-context strategy,
-as in training: ``referenced_exchange`` (the latest exchange first, its user turn then the reply,
-then other lines sharing terms with the new message), ``referenced_turn`` (the same, the reply
-before its user turn), ``select_lines`` (the lines of earlier
-turns that share terms with the new message, in their original order) or ``recent`` (the newest
-turns, the oldest trimmed first). The first user message of a thread is always RETRIEVE (nothing
+as in training: ``select_lines`` (the shipped config's: the lines of earlier turns that share terms
+with the new message, in their original order), ``referenced_exchange`` (the latest exchange first,
+its user turn then the reply, then other lines sharing terms with the new message),
+``referenced_turn`` (the same, the reply before its user turn) or ``recent`` (the newest turns, the
+oldest trimmed first). The first user message of a thread is always RETRIEVE (nothing
 to answer from yet) without running the model. Any error or malformed input gives RETRIEVE with the
 reason: a gate that fails closed would silently starve the answerer of knowledge.
 
