@@ -49,11 +49,6 @@ SELECTION_RULE = ("lowest worst per-source validation ECE over the real sources 
                   "today's pooled temperature wins ties; test is reported, never used to choose.")
 
 
-def is_real(source: str) -> bool:
-    """Real sources are labelled by the autorater or gold; ``*-synthetic`` ones are teacher-written."""
-    return not is_synthetic_source(source)
-
-
 def source_table(scores: np.ndarray, labels: np.ndarray, sources: Sequence[str], ece_bins: int,
                  sufficient: float = SUFFICIENT) -> dict[str, dict[str, float]]:
     """Per source and ``overall``: n, ECE, macro-F1 at 0.5, AUROC, mean score and positive rate, coverage /
@@ -84,7 +79,7 @@ def source_table(scores: np.ndarray, labels: np.ndarray, sources: Sequence[str],
 
 def real_eces(table: Mapping[str, Mapping[str, Any]]) -> list[float]:
     """The per-source ECEs of the real sources (``overall`` left out)."""
-    return [float(m["ece"]) for s, m in table.items() if s != "overall" and is_real(s) and m["ece"] is not None and np.isfinite(m["ece"])]
+    return [float(m["ece"]) for s, m in table.items() if s != "overall" and not is_synthetic_source(s) and m["ece"] is not None and np.isfinite(m["ece"])]
 
 
 def worst_real_ece(table: Mapping[str, Mapping[str, Any]]) -> float:

@@ -15,6 +15,7 @@ tampered or truncated bundle before it scores anything.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from suffice.serving.calibration import Calibration
+from suffice.serving.packing import STRATEGIES
 from suffice.serving.probe import ParityProbe, ProbeError
 
 SCHEMA_VERSION = 1
@@ -39,7 +41,6 @@ TASKS = ("sufficiency", "retrieval_gate")
 VALIDATION_LEVELS = "validation_levels"
 LEVELS = ("sufficient", "partial", "insufficient")
 SUFFICIENT, PARTIAL, INSUFFICIENT = LEVELS
-STRATEGIES = ("select", "truncate", "recent", "select_lines", "referenced_turn", "referenced_exchange")
 DEFAULT_THRESHOLDS = {
     "sufficiency": {SUFFICIENT: 0.8, PARTIAL: 0.5},
     "retrieval_gate": {"skip": 0.5},
@@ -175,7 +176,7 @@ class BundleManifest:
     def num_labels(self) -> int:
         return len(self.id2label)
 
-    @property
+    @functools.cached_property
     def calibrator(self) -> Calibration:
         """The calibration that turns this model's logits into scores (temperature-only bundles: ``softmax(z / T)``)."""
         return Calibration.from_record({**(self.calibration or {}), "temperature": self.temperature})

@@ -30,9 +30,11 @@ import re
 import zipfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
+
+from suffice.serving.calibration import Calibration
 
 PROBE_FILE = "probe.npz"
 # The export tolerance (ParityConfig's defaults): the probe file stores the values export used.
@@ -123,7 +125,7 @@ class ParityProbe:
         merged = {**self.variant_scores, **{k: np.asarray(v, dtype=np.float64) for k, v in scores.items()}}
         return replace(self, variant_scores=merged)
 
-    def scores_of(self, run: Callable[[dict[str, np.ndarray]], np.ndarray], calibrator: Any, positive_index: int) -> np.ndarray:
+    def scores_of(self, run: Callable[[dict[str, np.ndarray]], np.ndarray], calibrator: Calibration, positive_index: int) -> np.ndarray:
         """This probe's calibrated positive scores (row order) under ``run`` (feeds -> logits), one row per call
         as a service scores (batches of 8 x 256 tokens left OpenVINO holding 34 MB more). Export records the
         shipped variants' scores with it and serving checks every variant with it: one owner for both."""

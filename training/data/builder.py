@@ -38,7 +38,7 @@ from suffice.training.data.loaders import (LoadReport, gold_label, hash_split, l
                                            read_autorater_labels, sha256_file)
 from suffice.training.data.pretrain import KINDS as PRETRAIN_KINDS
 from suffice.training.data.pretrain import check_kinds, pretrain_rows
-from suffice.training.data.schema import SPLITS, DataFormatError, Item
+from suffice.training.data.schema import SPLITS, SYNTHETIC_SUFFIX, DataFormatError, Item
 from suffice.training.data.variants import RULES, make_variants, retrieval_like_variants
 from suffice.training.paths import data_dir as resolve_data_dir
 from suffice.training.paths import prepared_dir
@@ -200,7 +200,7 @@ def synthetic_items(cfg: DataConfig, root: Path, items: list[Item], known_ids: s
                 dropped["synthetic outside train/validation or across a split"] += 1
                 continue
             # "squad2-synthetic" questions are written over squad2 passages: sources=[qed] leaves them out
-            if cfg.sources and it.source not in cfg.sources and it.source.removesuffix("-synthetic") not in cfg.sources:
+            if cfg.sources and it.source not in cfg.sources and it.source.removesuffix(SYNTHETIC_SUFFIX) not in cfg.sources:
                 dropped["synthetic filtered out by sources"] += 1
                 continue
             if it.id in known_ids:

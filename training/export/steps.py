@@ -136,15 +136,16 @@ def write_probe(bundle: Path, packed: Sequence[Any], fp32_logits: np.ndarray, me
     from suffice.serving.packing import pad_packed
     from suffice.serving.probe import PROBE_FILE, ParityProbe
 
+    cal, pos = meta.calibrator, meta.positive_index
     n = min(len(packed), len(fp32_logits))
     rows = np.unique(np.linspace(0, n - 1, num=min(n_items, n)).round().astype(int))
-    scores = meta.calibrator.scores(fp32_logits[rows], meta.positive_index)
+    scores = cal.scores(fp32_logits[rows], pos)
     probe = ParityProbe.from_rows(pad_packed([packed[i] for i in rows], pad_id), scores,
                                   max_mean_score_shift=pc.max_mean_score_shift, confident_margin=pc.confident_margin)
     measured = {}
     for variant in variants:
         engine = open_engine(bundle, variant)
-        measured[variant.name] = probe.scores_of(engine.run, meta.calibrator, meta.positive_index)
+        measured[variant.name] = probe.scores_of(engine.run, cal, pos)
         del engine
     probe.with_variant_scores(measured).write(bundle / PROBE_FILE)
     return PROBE_FILE

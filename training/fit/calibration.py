@@ -24,6 +24,7 @@ True
 from __future__ import annotations
 
 import math
+import typing
 from dataclasses import dataclass
 from typing import Literal, Sequence
 
@@ -33,7 +34,6 @@ from suffice.serving.calibration import Calibration, sigmoid
 from suffice.serving.config import ConfigError
 
 T_MIN, T_MAX = 0.05, 20.0
-POOLS = ("pooled", "source_balanced", "real")  # calibration.pool: which validation items the fit weighs
 PLATT_B_MAX = 10.0  # |b|: an offset beyond this sends every score to 0 or 1; the data never asks for it
 
 
@@ -76,7 +76,9 @@ class CalibrationSettings:
                 f"calibration.partial={self.partial} > calibration.sufficient={self.sufficient}: "
                 "partial is the lower threshold; swap them"
             )
-        for name, allowed in (("method", ("temperature", "platt")), ("pool", POOLS)):
+        hints = typing.get_type_hints(type(self))  # the Literal annotations are the one list of choices
+        for name in ("method", "pool"):
+            allowed = typing.get_args(hints[name])
             if getattr(self, name) not in allowed:
                 raise ConfigError(f"calibration.{name}={getattr(self, name)!r} is not one of {list(allowed)}")
         if self.ece_bins < 2:

@@ -52,7 +52,7 @@ def build_candidates(seeds: Sequence[Seed], generations: dict[str, Any], prompt:
                 report.dup_batch += 1
                 continue
             seen.add(key)
-            src = seed.source.removesuffix("-synthetic")
+            src = seed.source.removesuffix(SYNTHETIC_SUFFIX)
             digest = hashlib.sha256(f"{generator_id}\x1f{seed.id}\x1f{q.question}".encode("utf-8")).hexdigest()[:16]
             meta = {"kind": q.kind, "answer": q.answer, "generator": generator_id, "generator_prompt": prompt.version}
             parent = Item(id=f"{src}-synth:{digest}", question=q.question, passages=list(seed.passages), label=q.label,
