@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from suffice.serving.config import ConfigError
 from suffice.training.fit.config import build_train_config
 from suffice.training.fit.encode import LengthGroupedSampler, partner_rows
-from suffice.training.fit.pairs import PairRankingLoss, gate_aux_losses
+from suffice.training.fit.pairs import PairRankingLoss, aux_losses_for
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -91,8 +91,8 @@ def _gate_files(tmp_path: Path) -> tuple[Path, Path]:
 
 def test_config_checks_and_which_losses_run(tmp_path):
     cfg = build_train_config(REPO / "configs" / "retrieval-gate.yaml", ["--gate.pair_loss_weight=0.5"])
-    assert cfg.gate.pair_batches and [type(a).__name__ for a in gate_aux_losses(cfg)] == ["PairRankingLoss"]
-    assert gate_aux_losses(build_train_config(REPO / "configs" / "retrieval-gate.yaml", ["--gate.pair_loss_weight=0"])) == []
+    assert cfg.gate.pair_batches and [type(a).__name__ for a in aux_losses_for(cfg)] == ["PairRankingLoss"]
+    assert aux_losses_for(build_train_config(REPO / "configs" / "retrieval-gate.yaml", ["--gate.pair_loss_weight=0"])) == []
     with pytest.raises(ConfigError, match="needs gate.pair_batches=true"):
         build_train_config(REPO / "configs" / "retrieval-gate.yaml", ["--gate.pair_loss_weight=0.5", "--gate.pair_batches=false"])
     with pytest.raises(ConfigError, match="must be >= 0"):

@@ -6,8 +6,10 @@ knows nothing else about it, so a feature lives in one file and is switched on b
 :func:`suffice.training.fit.run.run` (``aux_losses=[...]``), the way accelerate's
 ``examples/by_feature`` add one feature each.
 
-No auxiliary loss ships today: the answer-span head (the one feature built on this shape) lost
-11-30 macro-F1 points in both measured runs and was deleted.
+The ranking losses of :mod:`suffice.training.fit.pairs` are built on this shape (the retrieval
+gate's pair loss, sufficiency's passage-group loss; ``run`` adds the ones the config switches on).
+The answer-span head, an earlier feature on it, lost 11-30 macro-F1 points in both measured runs
+and was deleted.
 
 >>> class ZeroLoss:
 ...     columns = ()

@@ -129,6 +129,32 @@ class RetrievalGateData:
 
 
 @dataclass
+class ContrastSettings:
+    """Questions over one passage side by side (task ``sufficiency``): :mod:`suffice.training.fit.pairs`.
+
+    A SQuAD paragraph carries answerable questions and near-miss ones written to look answerable;
+    the passage cannot tell them apart, only a careful reading of the question against it can.
+    With ``unit_size`` >= 2 the train rows of one ``group`` (items sharing a passage set, their
+    constructed variants and the synthetic questions over the same paragraph) travel in units of
+    ``unit_size`` rows, sufficient and not alternating, inside one batch.
+    loss_weight: weight of the group ranking loss: within a unit, every sufficient row must score
+        P(sufficient) above every insufficient one (a logistic pairwise loss); 0 = off. Needs ``unit_size``.
+    """
+
+    unit_size: int = 0
+    loss_weight: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.unit_size < 0 or self.unit_size == 1:
+            raise ConfigError(f"contrast.unit_size={self.unit_size} must be 0 (off) or >= 2 (rows of one passage per unit)")
+        if self.loss_weight < 0:
+            raise ConfigError(f"contrast.loss_weight={self.loss_weight} must be >= 0 (0 = off)")
+        if self.loss_weight > 0 and not self.unit_size:
+            raise ConfigError(f"contrast.loss_weight={self.loss_weight} needs contrast.unit_size >= 2 (4 is usual): the loss "
+                              "compares rows of one passage inside one batch")
+
+
+@dataclass
 class TrainConfig:
     """Everything one training run needs. Built from YAML + ``--key=value`` overrides.
 
@@ -144,6 +170,8 @@ class TrainConfig:
     data: the DataConfig section (see suffice.training.data.builder.DataConfig).
     train_file / validation_file / test_file: canonical JSONL instead of ``data`` (fixtures, smoke runs).
     gate: retrieval-gate data (task ``retrieval_gate`` only).
+    contrast: questions over one passage in one batch, with a ranking loss (task ``sufficiency``
+        only): :class:`ContrastSettings`.
     max_train_items / max_eval_items: a seeded random sample of N items per split (0 = all).
     output_dir: the trained-model directory (default ``models/<run name>``); checkpoints go to
         ``<output_dir>/checkpoints``.
@@ -199,6 +227,7 @@ class TrainConfig:
     validation_file: str | None = None
     test_file: str | None = None
     gate: RetrievalGateData = field(default_factory=RetrievalGateData)
+    contrast: ContrastSettings = field(default_factory=ContrastSettings)
     max_train_items: int = 0
     max_eval_items: int = 0
 
@@ -304,6 +333,15 @@ class TrainConfig:
                 f"both train_file={self.train_file!r} and a data: section {sorted(self.data)} were given: "
                 "use one source of training data"
             )
+        if self.contrast.unit_size and self.task != "sufficiency":
+            raise ConfigError(f"contrast.unit_size={self.contrast.unit_size} applies to task=sufficiency; the retrieval gate "
+                              "keeps its contrastive pairs together with gate.pair_batches / gate.pair_loss_weight")
+        if self.contrast.loss_weight and self.label_scheme != "binary":
+            raise ConfigError(f"contrast.loss_weight={self.contrast.loss_weight} ranks sufficient above not sufficient "
+                              "(binary heads); use --label_scheme=binary or --contrast.loss_weight=0")
+        if self.contrast.unit_size > self.per_device_train_batch_size:
+            raise ConfigError(f"contrast.unit_size={self.contrast.unit_size} > per_device_train_batch_size="
+                              f"{self.per_device_train_batch_size}: a unit must fit one batch; lower contrast.unit_size")
         self.calibration.check_label_scheme(self.label_scheme)
         if self.task == "sufficiency" and not self.train_file:
             self.data_config()  # validate the data section now, not an hour into the run

@@ -282,6 +282,8 @@ def get_dataloaders(accelerator, cfg: TrainConfig, splits: Splits, packer, token
     from torch.utils.data import DataLoader
 
     encoded = encode_splits(accelerator, cfg, splits, packer, tokenizer_hash)
+    if cfg.task == "sufficiency" and cfg.contrast.unit_size:
+        encoded["train"] = with_contrast_units(accelerator, cfg, encoded["train"])
     pad_id = packer.pad_id
     extra = extra_columns(aux_losses)
     missing = [c for c in extra if c not in encoded["train"].column_names]
@@ -293,12 +295,32 @@ def get_dataloaders(accelerator, cfg: TrainConfig, splits: Splits, packer, token
     train_view = encoded["train"].select_columns(list(EVAL_COLUMNS) + extra)
     together = (encoded["train"]["pair"] if cfg.task == "retrieval_gate" and cfg.gate.pair_batches
                 and "pair" in encoded["train"].column_names else None)
+    if "unit" in encoded["train"].column_names:  # contrast units: one key per unit, "" = none
+        together = [str(u) if u >= 0 else "" for u in encoded["train"]["unit"]]
     sampler = LengthGroupedSampler(encoded["train"]["length"], cfg.per_device_train_batch_size, cfg.seed, cfg.length_grouping,
                                    together=together)
     train_dl = DataLoader(train_view, batch_size=cfg.per_device_train_batch_size, sampler=sampler, collate_fn=make_collate(pad_id, extra))
     val_dl = eval_dataloader(encoded["validation"], cfg.per_device_eval_batch_size, pad_id)
     test_dl = eval_dataloader(encoded["test"], cfg.per_device_eval_batch_size, pad_id) if encoded["test"] is not None and len(encoded["test"]) else None
     return encoded, train_dl, val_dl, test_dl
+
+
+def with_contrast_units(accelerator, cfg: TrainConfig, train):
+    """The train split with a ``unit`` column (:func:`suffice.training.fit.pairs.group_units`):
+    rows of one passage group, sufficient and not alternating, ``contrast.unit_size`` per unit."""
+    from suffice.training.fit.pairs import group_units
+
+    if "group" not in train.column_names:
+        raise ConfigError(f"contrast.unit_size={cfg.contrast.unit_size} needs a 'group' per train row (items sharing a passage), "
+                          "which this data lacks: add a group field to the canonical JSONL, or set --contrast.unit_size=0")
+    units = group_units(train["group"], train["labels"], cfg.contrast.unit_size, cfg.positive_index, cfg.seed)
+    covered = sum(u >= 0 for u in units)
+    accelerator.print(f"contrast: {max(units, default=-1) + 1:,} units of up to {cfg.contrast.unit_size} rows over one passage group "
+                      f"cover {covered:,} of {len(units):,} train rows")
+    if not covered:
+        accelerator.print("warning: no passage group of the train split holds both classes, so contrast units are empty "
+                          "(set --contrast.unit_size=0)")
+    return train.add_column("unit", units, new_fingerprint=f"{train._fingerprint}-units{cfg.contrast.unit_size}-{cfg.seed}")
 
 
 def class_weights(labels: Sequence[int], num_labels: int, scheme: str) -> np.ndarray:

@@ -40,11 +40,11 @@ def run(cfg: TrainConfig, aux_losses: Sequence[AuxiliaryLoss] = ()) -> dict[str,
     ``aux_losses``: optional extra training losses (see :mod:`suffice.training.fit.auxiliary`).
     """
     from suffice.serving.bundle import sha256_file
-    from suffice.training.fit.pairs import gate_aux_losses
+    from suffice.training.fit.pairs import aux_losses_for
     from suffice.training.tracking import RunTracker, git_commit
 
     wall0 = time.perf_counter()
-    aux_losses = [*aux_losses, *gate_aux_losses(cfg)]
+    aux_losses = [*aux_losses, *aux_losses_for(cfg)]
     accelerator = make_accelerator(cfg)
     run_name, out_dir, resume_state = run_dir(cfg, accelerator)
     checkpoints = Checkpoints(out_dir / "checkpoints", cfg.checkpoints_total_limit)
