@@ -311,7 +311,7 @@ def mlflow_metrics(results: dict[str, Any]) -> dict[str, float]:
     q = results.get("quality") or {}
     for ref in ("vs_autorater", "vs_gold"):
         for name, table in (q.get(ref) or {}).items():
-            m.update(flat_metrics({s: {k: x for k, x in t.items() if k in ("accuracy", "macro_f1", "auroc", "ece", "kappa_autorater", "kappa_gold")}
+            m.update(flat_metrics({s: {k: x for k, x in t.items() if k in ("accuracy", "macro_f1", "auroc", "paired_auroc", "ece", "kappa_autorater", "kappa_gold")}
                                    for s, t in table.items()}, f"quality_{ref}_{name}"))
     tc = results.get("training") or {}
     for mode in ("lora", "full"):

@@ -149,3 +149,18 @@ def test_plots_are_png_files(tmp_path):
     ]
     for p in paths:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 2000
+
+
+def test_paired_auroc_orders_only_items_over_one_passage():
+    from suffice.training.evaluation.metrics import classification_metrics, paired_auroc
+
+    # across groups the scores are perfectly separated; within each group they are reversed
+    scores = np.array([0.30, 0.40, 0.80, 0.90])
+    y = np.array([1, 0, 1, 0])
+    assert classification_metrics(np.c_[1 - scores, scores], y, label_names=["no", "yes"], positive_index=1,
+                                  groups=["a", "a", "b", "b"])["paired_auroc"] == 0.0
+    assert paired_auroc(scores, y, ["a", "b", "b", "a"]) == 0.5  # a: 0.30 < 0.90 lost; b: 0.80 > 0.40 won
+    assert np.isnan(paired_auroc(scores, y, ["a", "b", "a", "b"]))  # no group holds both classes
+    assert np.isnan(paired_auroc(scores, y, ["", "", "", ""]))  # no groups at all
+    assert paired_auroc(np.array([0.5, 0.5]), np.array([1, 0]), ["g", "g"]) == 0.5  # ties count half
+    assert "paired_auroc" not in classification_metrics(np.c_[1 - scores, scores], y, label_names=["no", "yes"], positive_index=1)

@@ -72,6 +72,32 @@ def auroc(scores: np.ndarray, outcomes: np.ndarray) -> float:
     return float(roc_auc_score(outcomes, scores))
 
 
+def paired_auroc(scores: np.ndarray, outcomes: np.ndarray, groups: Sequence[str]) -> float:
+    """AUROC over the (positive, negative) pairs that share a group (``""`` = none): how well the
+    scores order items over the same passage, where the passage alone cannot tell them apart and
+    only the question can (SQuAD 2.0's unanswerable questions sit beside answerable ones over one
+    paragraph). Ties count half; NaN when no group holds both classes.
+
+    >>> paired_auroc(np.array([0.9, 0.2, 0.4, 0.6, 0.7]), np.array([1, 0, 1, 0, 1]), ["a", "a", "b", "b", ""])
+    0.5
+    """
+    scores = np.asarray(scores, dtype=np.float64)
+    outcomes = np.asarray(outcomes)
+    members: dict[str, list[int]] = {}
+    for i, g in enumerate(groups):
+        if g:
+            members.setdefault(str(g), []).append(i)
+    wins = pairs = 0.0
+    for rows in members.values():
+        idx = np.asarray(rows)
+        pos, neg = scores[idx[outcomes[idx] == 1]], scores[idx[outcomes[idx] != 1]]
+        if len(pos) and len(neg):
+            diff = pos[:, None] - neg[None, :]
+            wins += float((diff > 0).sum() + 0.5 * (diff == 0).sum())
+            pairs += diff.size
+    return wins / pairs if pairs else float("nan")
+
+
 def cohen_kappa(a: np.ndarray, b: np.ndarray) -> float:
     """Cohen's kappa between two label vectors; NaN when empty, 1.0 when both are one identical constant."""
     a, b = np.asarray(a), np.asarray(b)
@@ -113,6 +139,7 @@ def classification_metrics(
     ece_bins: int = 15,
     autorater_mask: np.ndarray | None = None,
     gold_labels: np.ndarray | None = None,
+    groups: Sequence[str] | None = None,
 ) -> dict[str, float]:
     """Metrics of one model (or baseline) on one set of items.
 
@@ -121,6 +148,7 @@ def classification_metrics(
     predictions: class indices (default: argmax of probs).
     autorater_mask: rows whose reference label came from the autorater (kappa_autorater uses them).
     gold_labels: binary gold labels, -1 where there is none (kappa_gold, binary positive vs not).
+    groups: each row's passage group (``""`` = none): adds ``paired_auroc`` (:func:`paired_auroc`).
 
     For three classes, ``binary_accuracy`` / ``binary_macro_f1`` score positive-vs-rest as well.
     """
@@ -146,6 +174,8 @@ def classification_metrics(
     pos_pred = (pred == positive_index).astype(int)
     out["positive_rate"] = float(pos_true.mean())
     out["auroc"] = auroc(pos_score, pos_true)
+    if groups is not None:
+        out["paired_auroc"] = paired_auroc(pos_score, pos_true, groups)
     out["ece"] = expected_calibration_error(pos_score, pos_true, ece_bins)
     out["nll"] = float(-np.log(np.clip(probs[np.arange(n), labels], 1e-12, 1.0)).mean())
     if k > 2:
@@ -205,7 +235,7 @@ def source_means(table: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
 
 def _subset(kwargs: dict, sel: np.ndarray) -> dict:
     out = dict(kwargs)
-    for key in ("predictions", "autorater_mask", "gold_labels"):
+    for key in ("predictions", "autorater_mask", "gold_labels", "groups"):
         if out.get(key) is not None:
             out[key] = np.asarray(out[key])[sel]
     return out

@@ -44,6 +44,7 @@ def classification_report(probs: np.ndarray, ds, *, label_names: Sequence[str], 
         probs, y, column(ds, "source", "all"), label_names=list(label_names), positive_index=positive_index,
         predictions=predictions, ece_bins=ece_bins, autorater_mask=autorater,
         gold_labels=np.asarray(column(ds, "gold_label", -1), dtype=np.int64),
+        groups=[str(g or "") for g in column(ds, "group", "")],
     )
 
 
@@ -145,7 +146,7 @@ def margins(report: Mapping[str, Any], deployable_only: bool = False) -> dict[st
 def render_report(report: Mapping[str, Any]) -> str:
     """The printed tables: model per source, each baseline per source, and the margin over the best baseline."""
     names = [report["id2label"][i] for i in range(len(report["id2label"]))]
-    cols = ["n", "accuracy", "macro_f1"] + [f"f1_{n}" for n in names] + ["auroc", "ece", "kappa_autorater", "kappa_gold"]
+    cols = ["n", "accuracy", "macro_f1"] + [f"f1_{n}" for n in names] + ["auroc", "paired_auroc", "ece", "kappa_autorater", "kappa_gold"]
     if len(names) > 2:
         cols.insert(3, "binary_macro_f1")
     parts = [format_table({f"model / {s}": m for s, m in report["model"].items()}, cols, title=f"== {report['split']}: model ==")]
