@@ -86,7 +86,7 @@ def paired_auroc(scores: np.ndarray, outcomes: np.ndarray, groups: Sequence[str]
     members: dict[str, list[int]] = {}
     for i, g in enumerate(groups):
         if g:
-            members.setdefault(str(g), []).append(i)
+            members.setdefault(g, []).append(i)
     wins = pairs = 0.0
     for rows in members.values():
         idx = np.asarray(rows)

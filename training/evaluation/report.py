@@ -44,7 +44,7 @@ def classification_report(probs: np.ndarray, ds, *, label_names: Sequence[str], 
         probs, y, column(ds, "source", "all"), label_names=list(label_names), positive_index=positive_index,
         predictions=predictions, ece_bins=ece_bins, autorater_mask=autorater,
         gold_labels=np.asarray(column(ds, "gold_label", -1), dtype=np.int64),
-        groups=[str(g or "") for g in column(ds, "group", "")],
+        groups=column(ds, "group", ""),
     )
 
 

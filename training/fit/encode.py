@@ -282,7 +282,7 @@ def get_dataloaders(accelerator, cfg: TrainConfig, splits: Splits, packer, token
     from torch.utils.data import DataLoader
 
     encoded = encode_splits(accelerator, cfg, splits, packer, tokenizer_hash)
-    if cfg.task == "sufficiency" and cfg.contrast.unit_size:
+    if cfg.contrast.unit_size:  # sufficiency only (the config refuses it for the gate)
         encoded["train"] = with_contrast_units(accelerator, cfg, encoded["train"])
     pad_id = packer.pad_id
     extra = extra_columns(aux_losses)
@@ -307,12 +307,10 @@ def get_dataloaders(accelerator, cfg: TrainConfig, splits: Splits, packer, token
 
 def with_contrast_units(accelerator, cfg: TrainConfig, train):
     """The train split with a ``unit`` column (:func:`suffice.training.fit.pairs.group_units`):
-    rows of one passage group, sufficient and not alternating, ``contrast.unit_size`` per unit."""
+    rows of one passage group, sufficient and not alternating, ``contrast.unit_size`` per unit
+    (every prepared row has a group: an item without one is its own)."""
     from suffice.training.fit.pairs import group_units
 
-    if "group" not in train.column_names:
-        raise ConfigError(f"contrast.unit_size={cfg.contrast.unit_size} needs a 'group' per train row (items sharing a passage), "
-                          "which this data lacks: add a group field to the canonical JSONL, or set --contrast.unit_size=0")
     units = group_units(train["group"], train["labels"], cfg.contrast.unit_size, cfg.positive_index, cfg.seed)
     covered = sum(u >= 0 for u in units)
     accelerator.print(f"contrast: {max(units, default=-1) + 1:,} units of up to {cfg.contrast.unit_size} rows over one passage group "

@@ -126,6 +126,6 @@ def aux_losses_for(cfg) -> list[Any]:
     ``gate.pair_loss_weight > 0``, the group loss for sufficiency with ``contrast.loss_weight > 0``."""
     if cfg.task == "retrieval_gate" and cfg.gate.pair_loss_weight > 0:
         return [PairRankingLoss(cfg.gate.pair_loss_weight, cfg.positive_index)]
-    if cfg.task == "sufficiency" and cfg.contrast.loss_weight > 0:
+    if cfg.contrast.loss_weight > 0:  # sufficiency only (the config refuses contrast for the gate)
         return [GroupRankingLoss(cfg.contrast.loss_weight, cfg.positive_index)]
     return []
