@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 import re
 import shutil
 import tempfile
@@ -34,7 +35,7 @@ from typing import Any, Literal
 
 from suffice.serving.config import ConfigError, config_to_dict
 from suffice.training.data.labels import agreement_by_source, apply_labels, cohen_kappa  # noqa: F401  (cohen_kappa: re-exported)
-from suffice.training.data.loaders import (LoadReport, gold_label, hash_split, load_items,
+from suffice.training.data.loaders import (LoadReport, gold_label, hash_split, item_answers, load_items,
                                            read_autorater_labels, sha256_file)
 from suffice.training.data.pretrain import KINDS as PRETRAIN_KINDS
 from suffice.training.data.pretrain import check_kinds, pretrain_rows
@@ -44,8 +45,32 @@ from suffice.training.paths import data_dir as resolve_data_dir
 from suffice.training.paths import prepared_dir
 
 COLUMNS = ("id", "question", "passages", "label", "level", "label_source", "split", "source", "group",
-           "variant", "parent_id", "gold_label", "kind", "generator")
+           "variant", "parent_id", "gold_label", "kind", "generator", "answers")
 MANIFEST = "manifest.json"
+
+
+@dataclass(frozen=True)
+class SharedSource:
+    """A raw file of the shared data directory read as its own input (``DataConfig.train_sources``).
+
+    path: relative to the data directory; source: the source name its items carry in every table;
+    split: the split every item of it goes to (these files are train material: none shares an
+    article or paragraph with a validation/test item).
+    """
+
+    path: str
+    source: str
+    split: str = "train"
+
+
+SHARED_SOURCES: dict[str, SharedSource] = {
+    # 4,733 real SQuAD 2.0 dev questions (2,254 crowd-written unanswerables) over 15 articles not in items.jsonl
+    "squad2-dev-rest": SharedSource("sources/squad2-dev-rest.json", "squad2"),
+    # SQuAD 1.1 train: 87,461 answerable questions with answer spans over 442 articles (disjoint from SQuAD dev)
+    "squad1-train": SharedSource("sources/squad1-train.json", "squad1"),
+    # QED train: 7,167 Natural Questions with answer spans, disjoint from qed-dev
+    "qed-train": SharedSource("sources/qed-train.jsonl", "qed"),
+}
 
 
 @dataclass
@@ -65,6 +90,12 @@ class DataConfig:
     extra_files: user files in any loader format (SQuAD, HotPotQA, MuSiQue, QED, canonical);
         items without a split get ``hash_split(article or group, extra_split_fractions)``.
     extra_split_fractions: (train, validation, test) shares for extra files without splits.
+    extra_split: put every extra-file item without a split in this split instead (e.g. ``train``).
+    train_sources: raw files of the shared data directory read as inputs of their own, by name
+        (see ``SHARED_SOURCES``: ``squad2-dev-rest`` as squad2 train, ``squad1-train`` as source
+        ``squad1``, ``qed-train`` as qed train). Their labels are gold (none has a teacher label).
+    max_train_per_source: at most this many train items of a source (a seeded sample, before
+        labels, variants and stage 0), e.g. ``{squad1: 12000}``; sources not named are not capped.
     include_variants: add constructed variants (see ``suffice.training.data.variants``).
     variant_rules: which rules; variants_per_item: at most this many per parent per rule;
     variant_parent_fraction: seeded share of eligible parents that get variants;
@@ -92,6 +123,9 @@ class DataConfig:
     sources: list[str] = field(default_factory=list)
     extra_files: list[str] = field(default_factory=list)
     extra_split_fractions: list[float] = field(default_factory=lambda: [0.8, 0.1, 0.1])
+    extra_split: str | None = None
+    train_sources: list[str] = field(default_factory=list)
+    max_train_per_source: dict[str, int] = field(default_factory=dict)
     include_variants: bool = True
     variant_rules: list[str] = field(default_factory=lambda: list(RULES))
     variants_per_item: int = 1
@@ -130,6 +164,16 @@ class DataConfig:
             raise ConfigError(f"variant_parent_fraction={self.variant_parent_fraction} must be between 0 and 1")
         if self.pretrain:
             check_kinds(self.pretrain_kinds)
+        bad = [n for n in self.train_sources if n not in SHARED_SOURCES]
+        if bad:
+            raise ConfigError(f"train_sources {bad} unknown: choose from {list(SHARED_SOURCES)}")
+        if len(set(self.train_sources)) != len(self.train_sources):
+            raise ConfigError(f"train_sources={self.train_sources} names a source twice: list each once")
+        if self.extra_split is not None and self.extra_split not in SPLITS:
+            raise ConfigError(f"extra_split={self.extra_split!r} unknown: choose one of {list(SPLITS)} or leave it out")
+        bad = {k: v for k, v in self.max_train_per_source.items() if not isinstance(v, int) or isinstance(v, bool) or v < 1}
+        if bad:
+            raise ConfigError(f"max_train_per_source {bad}: each cap must be an integer >= 1 (leave a source out to keep all of it)")
         try:
             hash_split("check", self.extra_split_fractions)
         except ValueError as e:
@@ -146,7 +190,7 @@ def _row(it: Item) -> dict[str, Any]:
             "label_source": it.label_source or "", "split": it.split or "", "source": it.source or "",
             "group": it.group or it.id, "variant": it.variant or "", "parent_id": it.parent_id or "",
             "gold_label": -1 if g is None else g, "kind": str(it.meta.get("kind") or ""),
-            "generator": str(it.meta.get("generator") or "")}
+            "generator": str(it.meta.get("generator") or ""), "answers": item_answers(it)}
 
 
 def _features():
@@ -155,7 +199,8 @@ def _features():
     s = datasets.Value("string")
     return datasets.Features({"id": s, "question": s, "passages": [{"title": s, "text": s}], "label": datasets.Value("int64"),
                               "level": s, "label_source": s, "split": s, "source": s, "group": s, "variant": s,
-                              "parent_id": s, "gold_label": datasets.Value("int64"), "kind": s, "generator": s})
+                              "parent_id": s, "gold_label": datasets.Value("int64"), "kind": s, "generator": s,
+                              "answers": [s]})
 
 
 def _counts(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -183,32 +228,189 @@ def _check_no_leak(rows: list[dict[str, Any]]) -> None:
                                   "split boundaries must never cut a group; fix the input splits", field="group")
 
 
-def synthetic_items(cfg: DataConfig, root: Path, items: list[Item], known_ids: set[str], dropped: Counter,
-                    record, loads: list[LoadReport], progress: bool) -> list[Item]:
+def synthetic_items(cfg: DataConfig, log: BuildLog, items: list[Item], progress: bool) -> list[Item]:
     """The teacher-written questions of ``cfg.synthetic_paths`` that may join ``items``: each keeps its
     train/validation split, never a test one, never across the split of a real passage it reuses."""
     out: list[Item] = []
     group_split = {it.group: it.split for it in items}
-    paths = cfg.synthetic_paths or [cfg.synthetic_path or root / "synthetic" / "squad2-questions.jsonl"]
+    paths = cfg.synthetic_paths or [cfg.synthetic_path or log.root / "synthetic" / "squad2-questions.jsonl"]
     # a relative path that is not there from here is read from the shared data directory
-    for spath in (Path(p) if Path(p).is_absolute() or Path(p).exists() else root / p for p in paths):
-        record(spath, "synthetic")
-        synth = load_items(spath, "canonical", progress=progress)
-        loads.append(synth.report)
-        for it in synth:
+    for spath in (Path(p) if Path(p).is_absolute() or Path(p).exists() else log.root / p for p in paths):
+        for it in log.load(spath, "synthetic", "canonical", progress=progress):
             if it.split not in ("train", "validation") or group_split.get(it.group, it.split) != it.split:
-                dropped["synthetic outside train/validation or across a split"] += 1
+                log.dropped["synthetic outside train/validation or across a split"] += 1
                 continue
             # "squad2-synthetic" questions are written over squad2 passages: sources=[qed] leaves them out
             if cfg.sources and it.source not in cfg.sources and it.source.removesuffix(SYNTHETIC_SUFFIX) not in cfg.sources:
-                dropped["synthetic filtered out by sources"] += 1
+                log.dropped["synthetic filtered out by sources"] += 1
                 continue
-            if it.id in known_ids:
-                raise DataFormatError(f"synthetic id {it.id!r} collides with another input", path=str(spath), field="id")
-            known_ids.add(it.id)
             it.label_source = "synthetic"
             out.append(it)
     return out
+
+
+@dataclass
+class BuildLog:
+    """What a build read and dropped, kept for its manifest: one object the build steps share."""
+
+    root: Path
+    inputs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    loads: list[LoadReport] = field(default_factory=list)
+    dropped: Counter = field(default_factory=Counter)
+    known_ids: set[str] = field(default_factory=set)
+    agreement: dict[str, Any] = field(default_factory=dict)
+    teacher_unmatched: int = 0
+    pretrain: dict[str, Any] | None = None
+
+    def record(self, path: Path, role: str) -> None:
+        self.inputs[str(path)] = {"role": role, "sha256": sha256_file(path), "bytes": path.stat().st_size}
+
+    def load(self, path: Path, role: str, format: str = "auto", source: str | None = None, progress: bool = False) -> list[Item]:
+        """Load one input file, record its hash and load report, and check its ids against every earlier input."""
+        self.record(path, role)
+        loaded = load_items(path, format, source=source, progress=progress)
+        self.loads.append(loaded.report)
+        for it in loaded:
+            if it.id in self.known_ids:
+                raise DataFormatError(f"id {it.id!r} is already in another input: give distinct ids (or a distinct --source)",
+                                      path=str(path), field="id")
+            self.known_ids.add(it.id)
+        return list(loaded)
+
+
+def read_items(cfg: DataConfig, log: BuildLog, progress: bool) -> list[Item]:
+    """items.jsonl, the shared train sources and the user's extra files, filtered by ``sources`` and capped."""
+    items = log.load(log.root / "items.jsonl", "items", "canonical", progress=progress)
+    for name in cfg.train_sources:
+        shared = SHARED_SOURCES[name]
+        for it in log.load(log.root / shared.path, "shared-source", source=shared.source, progress=progress):
+            it.split = shared.split
+            items.append(it)
+    for extra in cfg.extra_files:
+        for it in log.load(Path(extra), "extra", progress=progress):
+            if it.split is None:
+                it.split = cfg.extra_split or hash_split(str(it.meta.get("article") or it.group or it.id), cfg.extra_split_fractions)
+            items.append(it)
+    if cfg.sources:
+        available = sorted({it.source or "" for it in items})
+        missing = [s for s in cfg.sources if s not in available]
+        if missing:
+            raise ValueError(f"sources {missing} match no item: available sources are {available}")
+        log.dropped["filtered out by sources"] += sum(it.source not in cfg.sources for it in items)
+        items = [it for it in items if it.source in cfg.sources]
+    return cap_train_items(items, cfg.max_train_per_source, cfg.seed, log.dropped)
+
+
+def cap_train_items(items: list[Item], caps: dict[str, int], seed: int, dropped: Counter) -> list[Item]:
+    """At most ``caps[source]`` train items of each capped source: a seeded sample, in input order.
+
+    >>> its = [Item(id=f"s:{i}", question="q", passages=[], split="train", source="s") for i in range(5)]
+    >>> len(cap_train_items(its, {"s": 2}, 13, Counter()))
+    2
+    """
+    keep = set(range(len(items)))
+    for source in sorted(caps):
+        idx = [i for i, it in enumerate(items) if it.source == source and it.split == "train"]
+        if len(idx) > caps[source]:
+            chosen = set(random.Random(f"{seed}:cap:{source}").sample(idx, caps[source]))
+            keep -= set(idx) - chosen
+            dropped[f"train items over max_train_per_source[{source}]"] += len(idx) - caps[source]
+    return [it for i, it in enumerate(items) if i in keep]
+
+
+def label_items(cfg: DataConfig, log: BuildLog, items: list[Item]) -> list[Item]:
+    """Give every item its label (teacher or gold, with the fallback) and measure teacher-vs-gold agreement."""
+    labels_path = log.root / "autorater-labels.jsonl"
+    teacher: dict[str, dict[str, Any]] = {}
+    if labels_path.is_file():
+        log.record(labels_path, "autorater")
+        teacher = read_autorater_labels(labels_path)
+    elif cfg.label_source == "autorater" and cfg.fallback != "other":
+        raise FileNotFoundError(f"{labels_path} is missing but label_source=autorater: add it, or use --label_source=gold or --fallback=other")
+    log.agreement = agreement_by_source(items, teacher)
+    log.teacher_unmatched = len(set(teacher) - log.known_ids)
+    return apply_labels(items, teacher, cfg.label_source, cfg.fallback, log.dropped)
+
+
+def add_constructed(cfg: DataConfig, log: BuildLog, items: list[Item], progress: bool) -> list[Item]:
+    """Constructed variants, the teacher-written questions and retrieval-like copies, as the config asks."""
+    if cfg.include_variants:
+        items = items + make_variants(items, rules=cfg.variant_rules, per_item=cfg.variants_per_item, seed=cfg.seed,
+                                      parent_fraction=cfg.variant_parent_fraction, splits=cfg.variant_splits, progress=progress)
+    if cfg.include_synthetic:
+        items = items + synthetic_items(cfg, log, items, progress)
+    if cfg.retrieval_like_fraction:
+        items = items + retrieval_like_variants(items, fraction=cfg.retrieval_like_fraction, seed=cfg.seed)
+    return items
+
+
+def to_rows(cfg: DataConfig, log: BuildLog, items: list[Item]) -> list[dict[str, Any]]:
+    """The prepared rows; for stage 0 the train split becomes pair-reading rows (suffice.training.data.pretrain)."""
+    rows = [_row(it) for it in items]
+    if cfg.pretrain:
+        if cfg.pretrain_weak_file and Path(cfg.pretrain_weak_file).is_file():
+            log.record(Path(cfg.pretrain_weak_file), "weak")
+        rows, log.pretrain = pretrain_rows(rows, cfg.seed, cfg.pretrain_kinds, cfg.pretrain_weak_file)
+    bad = [r["id"] for r in rows if r["split"] not in SPLITS]
+    if bad:
+        raise DataFormatError(f"{len(bad)} item(s) have no valid split (first: {bad[0]!r}): give each a split in {list(SPLITS)}", field="split")
+    _check_no_leak(rows)
+    return rows
+
+
+def to_dataset(rows: list[dict[str, Any]]):
+    import datasets
+
+    features = _features()
+    return datasets.DatasetDict({
+        s: datasets.Dataset.from_dict({c: [r[c] for r in rows if r["split"] == s] for c in COLUMNS}, features=features)
+        for s in SPLITS})
+
+
+def data_hash(cfg_dict: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+    """sha256 over the resolved config and every row: what a training run records as the data it saw."""
+    h = hashlib.sha256(json.dumps(cfg_dict, sort_keys=True).encode())
+    for r in rows:
+        h.update(json.dumps(r, sort_keys=True, ensure_ascii=False).encode())
+        h.update(b"\n")
+    return h.hexdigest()
+
+
+def build_manifest(cfg: DataConfig, log: BuildLog, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    import datasets
+
+    for rep in log.loads:
+        for reason, n in rep.dropped.items():
+            log.dropped[f"{Path(rep.path).name}: {reason}"] += n
+    empty = Counter(r["source"] for r in rows if not r["passages"])
+    text_splits: dict[str, set] = defaultdict(set)
+    for r in rows:
+        for p in r["passages"]:
+            text_splits[p["text"]].add(r["split"])
+    shared_texts = Counter(r["source"] for r in rows if any(len(text_splits[p["text"]]) > 1 for p in r["passages"]))
+    cfg_dict = config_to_dict(cfg)
+    cfg_dict["data_dir"] = str(log.root)
+    return {
+        "name": cfg.name,
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "datasets_version": datasets.__version__,
+        "config": cfg_dict,
+        "label_policy": {"label_source": cfg.label_source, "fallback": cfg.fallback,
+                         "rows_by_label_source": dict(sorted(Counter(r["label_source"] or "none" for r in rows).items()))},
+        "inputs": log.inputs,
+        "counts": _counts(rows),
+        "pretrain": log.pretrain,
+        "empty_passages": {"total": sum(empty.values()), "by_source": dict(sorted(empty.items()))},
+        # rows with a passage whose exact text is also in another split (the input's own overlaps:
+        # one retrieved paragraph under different questions); variants never add to these
+        "rows_sharing_passage_text_across_splits": dict(sorted(shared_texts.items())),
+        "dropped": dict(sorted(log.dropped.items())),
+        "loads": [rep.to_dict() for rep in log.loads],
+        "agreement": log.agreement,
+        "autorater_labels_without_item": log.teacher_unmatched,
+        "columns": list(COLUMNS),
+        "data_hash": data_hash(cfg_dict, rows),
+    }
 
 
 def build(cfg: DataConfig, progress: bool = True) -> tuple[Any, dict[str, Any]]:
@@ -218,116 +420,12 @@ def build(cfg: DataConfig, progress: bool = True) -> tuple[Any, dict[str, Any]]:
     >>> sorted(ds)  # doctest: +SKIP
     ['test', 'train', 'validation']
     """
-    import datasets
-
-    root = resolve_data_dir(cfg.data_dir)
-    inputs: dict[str, dict[str, Any]] = {}
-    loads: list[LoadReport] = []
-    dropped: Counter = Counter()
-
-    def record(path: Path, role: str) -> None:
-        inputs[str(path)] = {"role": role, "sha256": sha256_file(path), "bytes": path.stat().st_size}
-
-    items_path = root / "items.jsonl"
-    record(items_path, "items")
-    items = load_items(items_path, "canonical", progress=progress)
-    loads.append(items.report)
-    items = list(items)
-    known_ids = {it.id for it in items}
-    for extra in cfg.extra_files:
-        path = Path(extra)
-        record(path, "extra")
-        loaded = load_items(path, progress=progress)
-        loads.append(loaded.report)
-        for it in loaded:
-            if it.id in known_ids:
-                raise DataFormatError(f"id {it.id!r} is already in another input: give distinct ids (or a distinct --source)", path=str(path), field="id")
-            known_ids.add(it.id)
-            if it.split is None:
-                it.split = hash_split(str(it.meta.get("article") or it.group or it.id), cfg.extra_split_fractions)
-            items.append(it)
-    if cfg.sources:
-        available = sorted({it.source or "" for it in items})
-        missing = [s for s in cfg.sources if s not in available]
-        if missing:
-            raise ValueError(f"sources {missing} match no item: available sources are {available}")
-        dropped["filtered out by sources"] += sum(it.source not in cfg.sources for it in items)
-        items = [it for it in items if it.source in cfg.sources]
-
-    labels_path = root / "autorater-labels.jsonl"
-    teacher: dict[str, dict[str, Any]] = {}
-    if labels_path.is_file():
-        record(labels_path, "autorater")
-        teacher = read_autorater_labels(labels_path)
-    elif cfg.label_source == "autorater" and cfg.fallback != "other":
-        raise FileNotFoundError(f"{labels_path} is missing but label_source=autorater: add it, or use --label_source=gold or --fallback=other")
-    agreement = agreement_by_source(items, teacher)
-    teacher_unmatched = len(set(teacher) - known_ids)
-    items = apply_labels(items, teacher, cfg.label_source, cfg.fallback, dropped)
-
-    if cfg.include_variants:
-        items += make_variants(items, rules=cfg.variant_rules, per_item=cfg.variants_per_item, seed=cfg.seed,
-                               parent_fraction=cfg.variant_parent_fraction, splits=cfg.variant_splits, progress=progress)
-
-    if cfg.include_synthetic:
-        items += synthetic_items(cfg, root, items, known_ids, dropped, record, loads, progress)
-
-    if cfg.retrieval_like_fraction:
-        items += retrieval_like_variants(items, fraction=cfg.retrieval_like_fraction, seed=cfg.seed)
-
-    rows = [_row(it) for it in items]
-    pretrain = None
-    if cfg.pretrain:  # stage 0: the train split becomes pair-reading rows (suffice.training.data.pretrain)
-        if cfg.pretrain_weak_file and Path(cfg.pretrain_weak_file).is_file():
-            record(Path(cfg.pretrain_weak_file), "weak")
-        rows, pretrain = pretrain_rows(rows, [Path(p) for p, v in inputs.items() if v["role"] in ("items", "synthetic")],
-                                       cfg.seed, cfg.pretrain_kinds, cfg.pretrain_weak_file)
-    bad = [r["id"] for r in rows if r["split"] not in SPLITS]
-    if bad:
-        raise DataFormatError(f"{len(bad)} item(s) have no valid split (first: {bad[0]!r}): give each a split in {list(SPLITS)}", field="split")
-    _check_no_leak(rows)
-
-    for rep in loads:
-        for reason, n in rep.dropped.items():
-            dropped[f"{Path(rep.path).name}: {reason}"] += n
-    features = _features()
-    ds = datasets.DatasetDict({
-        s: datasets.Dataset.from_dict({c: [r[c] for r in rows if r["split"] == s] for c in COLUMNS}, features=features)
-        for s in SPLITS})
-    empty = Counter(r["source"] for r in rows if not r["passages"])
-    text_splits: dict[str, set] = defaultdict(set)
-    for r in rows:
-        for p in r["passages"]:
-            text_splits[p["text"]].add(r["split"])
-    shared_texts = Counter(r["source"] for r in rows if any(len(text_splits[p["text"]]) > 1 for p in r["passages"]))
-    cfg_dict = config_to_dict(cfg)
-    cfg_dict["data_dir"] = str(root)
-    h = hashlib.sha256(json.dumps(cfg_dict, sort_keys=True).encode())
-    for r in rows:
-        h.update(json.dumps(r, sort_keys=True, ensure_ascii=False).encode())
-        h.update(b"\n")
-    manifest = {
-        "name": cfg.name,
-        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "datasets_version": datasets.__version__,
-        "config": cfg_dict,
-        "label_policy": {"label_source": cfg.label_source, "fallback": cfg.fallback,
-                         "rows_by_label_source": dict(sorted(Counter(r["label_source"] or "none" for r in rows).items()))},
-        "inputs": inputs,
-        "counts": _counts(rows),
-        "pretrain": pretrain,
-        "empty_passages": {"total": sum(empty.values()), "by_source": dict(sorted(empty.items()))},
-        # rows with a passage whose exact text is also in another split (the input's own overlaps:
-        # one retrieved paragraph under different questions); variants never add to these
-        "rows_sharing_passage_text_across_splits": dict(sorted(shared_texts.items())),
-        "dropped": dict(sorted(dropped.items())),
-        "loads": [rep.to_dict() for rep in loads],
-        "agreement": agreement,
-        "autorater_labels_without_item": teacher_unmatched,
-        "columns": list(COLUMNS),
-        "data_hash": h.hexdigest(),
-    }
-    return ds, manifest
+    log = BuildLog(root=resolve_data_dir(cfg.data_dir))
+    items = read_items(cfg, log, progress)
+    items = label_items(cfg, log, items)
+    items = add_constructed(cfg, log, items, progress)
+    rows = to_rows(cfg, log, items)
+    return to_dataset(rows), build_manifest(cfg, log, rows)
 
 
 def prepare(cfg: DataConfig, progress: bool = True) -> tuple[Any, dict[str, Any]]:
@@ -362,6 +460,18 @@ def prepare(cfg: DataConfig, progress: bool = True) -> tuple[Any, dict[str, Any]
             shutil.rmtree(tmp)
     manifest["path"] = str(out)
     return ds, manifest
+
+
+def answers_by_id(ds) -> dict[str, list[str]]:
+    """``id -> gold answer strings`` of a prepared split (its ``answers`` column; rows without answers left out).
+
+    >>> answers_by_id(load_prepared("default")[0]["train"])["squad2:5ad3ed86604f3c001a3ff7b2"]  # doctest: +SKIP
+    ['Normandy']
+    """
+    if "answers" not in ds.column_names:
+        raise ValueError("these rows carry no 'answers' column: re-run `suffice data prepare` (prepared data stores the "
+                         "gold answers of every input), or give a JSONL with an 'answers' list per row")
+    return {str(i): [str(a) for a in ans] for i, ans in zip(ds["id"], ds["answers"]) if ans}
 
 
 def load_prepared(name_or_path: str | os.PathLike) -> tuple[Any, dict[str, Any]]:

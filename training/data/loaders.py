@@ -43,7 +43,7 @@ from suffice.training.data.threads import GATE_LABELS, ROLES, RetrievalThread, l
 
 __all__ = [
     "FORMATS", "GATE_LABELS", "ROLES", "DataFormatError", "LoadReport", "LoadedItems", "RetrievalThread", "detect_format",
-    "gold_answers", "gold_label", "gold_level", "hash_split", "load_items", "load_passages", "load_retrieval_threads",
+    "gold_answers", "gold_label", "item_answers", "gold_level", "hash_split", "load_items", "load_passages", "load_retrieval_threads",
     "parse_label", "read_autorater_labels", "sha256_file", "supporting_positions",
 ]
 
@@ -158,6 +158,21 @@ def gold_answers(item: Item) -> list[str]:
     """Answer strings from the gold annotations (SQuAD plausible answers included)."""
     g = item.gold or {}
     return [a for a in list(g.get("answers") or []) + list(g.get("plausible_answers") or []) if isinstance(a, str) and a.strip()]
+
+
+def item_answers(item: Item) -> list[str]:
+    """The strings that answer ``item``: its gold ``answers`` (not SQuAD's plausible answers of an
+    unanswerable question), else the one ``answer`` a teacher-written question carries. The one
+    owner of "which answers does a row have": prepared data stores them in its ``answers`` column.
+
+    >>> item_answers(Item(id="s:1", question="q", passages=[], gold={"answers": ["Paris"], "plausible_answers": ["Rome"]}))
+    ['Paris']
+    """
+    g = item.gold or {}
+    if "answers" in g:
+        return [str(a) for a in g.get("answers") or []]
+    answer = item.meta.get("answer")
+    return [str(answer)] if answer else []
 
 
 # ---------------------------------------------------------------- autorater labels

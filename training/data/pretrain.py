@@ -15,6 +15,11 @@ string occurs in its passage (and whose gold label, where it has one, is not "in
 ``s0_other_paragraph`` (label 0)
     another paragraph of the same article (same title) that holds no answer string; else a
     paragraph of another title. Paragraphs that also occur in a validation/test row are never used.
+``labelled`` (optional kind)
+    every labelled train row that gives no ``s0_own`` row, as it is (its own label and label
+    source): the real unanswerable questions, the teacher's minimal-pair edits and label-0
+    questions, multi-passage items, constructed variants. With it stage 0 reads the question-side
+    contrasts too, not only the context-side ones it constructs.
 ``weak`` (optional, ``pretrain_weak_file``)
     the train rows of a ``suffice weak --out FILE`` file labelled by its rules (label_source
     ``weak``: question edits = 0, answer-keeping context edits = 1), kept by their rule name.
@@ -46,18 +51,18 @@ from typing import Any, Iterable, Mapping, Sequence
 from suffice.serving.config import ConfigError
 from suffice.serving.jsonl import iter_jsonl
 from suffice.serving.packing import split_sentences
-from suffice.training.evaluation.baselines import load_gold_answers
 
 KINDS = ("s0_own", "s0_evidence", "s0_answer_removed", "s0_other_paragraph")
+LABELLED = "labelled"
 LABEL = {"s0_own": 1, "s0_evidence": 1, "s0_answer_removed": 0, "s0_other_paragraph": 0}
 LABEL_SOURCE = "pretrain"
 
 
 def check_kinds(kinds: Sequence[str]) -> None:
     """Raise :class:`ConfigError` naming the unknown kinds (``pretrain_kinds`` of a DataConfig)."""
-    bad = [k for k in kinds if k not in KINDS]
+    bad = [k for k in kinds if k not in (*KINDS, LABELLED)]
     if bad or not kinds:
-        raise ConfigError(f"pretrain_kinds={list(kinds)}: choose one or more of {list(KINDS)}")
+        raise ConfigError(f"pretrain_kinds={list(kinds)}: choose one or more of {[*KINDS, LABELLED]}")
 
 
 def _norm(text: str) -> str:
@@ -88,7 +93,7 @@ def _row(parent: Mapping[str, Any], kind: str, title: str, text: str, label: int
     return {"id": f"{parent['id']}#{kind}", "question": parent["question"], "passages": [{"title": title, "text": text}],
             "label": label, "level": "sufficient" if label else "insufficient", "label_source": LABEL_SOURCE,
             "split": "train", "source": parent["source"], "group": parent["group"], "variant": kind,
-            "parent_id": parent["id"], "gold_label": label, "kind": "", "generator": ""}
+            "parent_id": parent["id"], "gold_label": label, "kind": "", "generator": "", "answers": list(parent.get("answers") or [])}
 
 
 def stage0_rows(train_rows: Iterable[Mapping[str, Any]], answers: Mapping[str, Sequence[str]], seed: int = 13,
@@ -155,24 +160,24 @@ def weak_rows(path: str | Path, held_out_groups: set[str]) -> tuple[list[dict[st
                     for p in d["passages"]], "label": label, "level": "sufficient" if label else "insufficient",
                     "label_source": "weak", "split": "train", "source": d["source"], "group": d["group"],
                     "variant": d.get("variant") or "weak", "parent_id": d.get("parent_id") or "", "gold_label": label,
-                    "kind": "", "generator": ""})
+                    "kind": "", "generator": "", "answers": []})
     return out, dropped
 
 
-def pretrain_rows(rows: Sequence[Mapping[str, Any]], answer_files: Sequence[str | Path], seed: int,
-                  kinds: Sequence[str] = KINDS, weak_file: str | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def pretrain_rows(rows: Sequence[Mapping[str, Any]], seed: int, kinds: Sequence[str] = KINDS,
+                  weak_file: str | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """All rows of a stage-0 build: the validation/test rows of ``rows`` unchanged, the train rows
-    replaced by :func:`stage0_rows` (+ :func:`weak_rows` of ``weak_file``), and a report for the manifest.
-
-    ``answer_files``: canonical items / synthetic-question files whose gold answers are read
-    (:func:`suffice.training.evaluation.baselines.load_gold_answers`).
+    replaced by :func:`stage0_rows` (+ the ``labelled`` rows when asked, + :func:`weak_rows` of
+    ``weak_file``), and a report for the manifest. Answers come from each row's ``answers`` column.
     """
-    answers: dict[str, list[str]] = {}
-    for f in answer_files:
-        answers.update(load_gold_answers(f))
+    answers = {r["id"]: list(r.get("answers") or []) for r in rows}
     train = [r for r in rows if r["split"] == "train"]
     held = [dict(r) for r in rows if r["split"] != "train"]
-    out = stage0_rows(train, answers, seed, kinds, (p["text"] for r in held for p in r["passages"]))
+    made = [k for k in kinds if k != LABELLED]
+    out = stage0_rows(train, answers, seed, made, (p["text"] for r in held for p in r["passages"])) if made else []
+    if LABELLED in kinds:
+        own = {r["parent_id"] for r in out}
+        out += [dict(r) for r in train if int(r["label"]) >= 0 and r["id"] not in own]
     dropped_weak = 0
     if weak_file:
         if not Path(weak_file).is_file():

@@ -351,8 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     # unknown --key=value arguments are overrides of the training config, as for `suffice train`
     args, overrides = build_parser().parse_known_args(argv)
     from suffice.serving.config import ConfigError
-    from suffice.training.data.builder import prepare
-    from suffice.training.fit.splits import answer_lookup
+    from suffice.training.data.builder import answers_by_id, prepare
     from suffice.training.fit.config import build_train_config
 
     try:
@@ -362,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
         if tcfg.task != "sufficiency" or tcfg.train_file:
             raise WeakConfigError(f"{args.config} must be a sufficiency config with a data: section (task={tcfg.task}, train_file={tcfg.train_file})")
         dsd, src_manifest = prepare(tcfg.data_config(), progress=False)
-        manifest = build_weak_file(dsd, args.out, wcfg, answer_lookup(tcfg), src_manifest)
+        manifest = build_weak_file(dsd, args.out, wcfg, answers_by_id(dsd["train"]), src_manifest)
     except (WeakConfigError, ConfigError, FileNotFoundError) as e:
         print(f"suffice weak: {e}", file=sys.stderr)
         return 2

@@ -150,18 +150,8 @@ def load_splits(cfg: TrainConfig, is_main: bool = True) -> Splits:
 
 
 def answer_lookup(cfg: TrainConfig, ds=None) -> dict[str, list[str]]:
-    """``id -> gold answer strings``: the rows' own ``answers`` column (JSONL inputs), the shared
-    items (``gold.answers``) and the teacher-written synthetic questions (``answer``)."""
-    from suffice.training.evaluation.baselines import load_gold_answers
-    from suffice.training.paths import data_dir
+    """``id -> gold answer strings`` of the rows of ``ds`` (their ``answers`` column), else of the train
+    split the config's data: section builds (:func:`suffice.training.data.builder.answers_by_id`)."""
+    from suffice.training.data.builder import answers_by_id, build
 
-    d = data_dir(required=False)
-    out: dict[str, list[str]] = {}
-    if ds is not None and "answers" in ds.column_names:
-        out.update({str(i): [str(a) for a in (ans or [])] for i, ans in zip(ds["id"], ds["answers"]) if ans})
-    if d is not None and (d / "items.jsonl").is_file():
-        out.update(load_gold_answers(d / "items.jsonl"))
-    synth = cfg.data_config().synthetic_path or (d / "synthetic" / "squad2-questions.jsonl" if d is not None else None)
-    if synth and Path(synth).is_file():
-        out.update(load_gold_answers(synth))
-    return out
+    return answers_by_id(ds if ds is not None else build(cfg.data_config(), progress=False)[0]["train"])
