@@ -54,7 +54,7 @@ def speed_ratios(speed: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def headline(results: Mapping[str, Any]) -> list[str]:
-    """The sentences the README quotes: ratios measured side by side in this run."""
+    """The headline sentences of the report: ratios measured side by side in this run."""
     lines = []
     speed = results.get("speed") or {}
     for r in speed_ratios(speed):

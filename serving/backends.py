@@ -66,26 +66,18 @@ OV_INT8_BF16 = (OPENVINO, "int8", "bf16")  # the int8 IR with the bf16 hint arou
 
 
 def _speed_order(cpu: CpuInfo) -> list[tuple[str, str, str | None]]:
-    """(backend, precision, hint) fastest first for a CPU.
+    """(backend, precision, hint) fastest first for a CPU, from its ISA class.
 
     OpenVINO int8 (the bundle's NNCF model, where export made one that passed the int8 rule) comes
-    first on CPUs with int8 dot products: on the idle-ish AMD EPYC (AVX-512 VNNI + BF16, no AMX; 2
-    threads, batch 1, 256 tokens, one run of benchmarks/bench_quantization.py,
-    benchmarks/results/2026-11-28/int8_recipes.json) 13.6 ms against 16.6 for ONNX Runtime int8 and
-    35.7 for ONNX Runtime fp32. With the bf16 hint around its int8 layers it took 12.8 ms in that run
-    but 14.4 vs 13.4 ms in the next (bench_scorer_ov_lean.json), and 7-10% faster interleaved at 256
-    and 512 tokens (15.4 vs 16.6, 32.7 vs 36.3 ms, busy; ov_lean_ab.json); export's rule
-    refused it for the re-exported demo model (macro-F1 -0.85 point), so it is tried
-    first on CPUs with bf16 units only where the manifest records a pass; the f32-hint int8 comes
-    next. On AMX it is ranked first
-    unmeasured (AMX has int8 tiles; the issue's Sapphire Rapids table had OpenVINO bf16 at 9.4 ms vs
-    ONNX Runtime int8 13.7), OpenVINO bf16 next.
-    With AVX-512 BF16 but no AMX (Zen 4, this project's AMD EPYC) ONNX Runtime int8 is next and
-    OpenVINO bf16 after it, ahead of both fp32 engines: measured on the idle EPYC
-    (bench_scorer_idle.json) int8 8.4 / 18.7 / 43.5 ms vs bf16 10.4 / 20.0 / 44.0 ms at 128 / 256 / 512
-    tokens, fp32 ORT 18.8 / 38.8 / 79.0. On AVX2 (no VNNI; unmeasured for OpenVINO int8) ONNX Runtime
-    int8 with reduce_range weights stays first. OpenVINO fp32 beat ONNX Runtime fp32 by 1.06-1.12x on
-    the idle EPYC. Every variant must still reproduce the bundle's parity probe on the serving CPU.
+    first on CPUs with int8 dot products (AVX-512 VNNI, AMX). On CPUs with bf16 units the same IR with
+    the bf16 hint around its int8 layers is tried before it, but only where the manifest records that
+    export's int8 rule passed that combination: the hint can keep the parity probe's scores while
+    lowering macro-F1, which the label-free probe cannot see. On AMX, OpenVINO bf16 comes next (ranked
+    so without a measurement on such a CPU); with AVX-512 BF16 but no AMX, ONNX Runtime int8 comes
+    before OpenVINO bf16. On AVX2 (no VNNI) ONNX Runtime int8 with reduce_range weights stays first.
+    The fp32 engines come last, OpenVINO's first. Every variant must still reproduce the bundle's
+    parity probe on the serving CPU. The timings behind this order are in
+    benchmarks/results/2026-11-28/scorer-latency.md and int8-export.md.
     """
     ov_int8, ort_int8 = (OPENVINO, "int8", None), (ONNXRUNTIME, "int8", None)
     ov_bf16, ov_fp32, ort_fp32 = (OPENVINO, "bf16", None), (OPENVINO, "fp32", None), (ONNXRUNTIME, "fp32", None)
@@ -157,11 +149,11 @@ class OrtEngine:
         return self.session.run([self.output_name], {n: feeds[n] for n in self.input_names})[0]
 
 
-# OpenVINO compiles kernels and keeps memory for every input shape it meets (~2.5 MB per sequence length on
-# MiniLM-L6 int8: a process that met 140 lengths held 780 MB), so inputs are padded (attention mask 0, which
-# leaves the [CLS] logits unchanged) to a multiple of this many tokens: at most 8 shapes per batch size in a
-# 256-token window. 128/256/512-token inputs are not padded at all; a padded shape costs 7-9% against an engine
-# that has already compiled the exact one, and a stream of new lengths ran 40% faster (ov_lean_ab.json).
+# OpenVINO compiles kernels and keeps memory for every input shape it meets, so a service seeing many
+# sequence lengths would grow without bound. Inputs are padded (attention mask 0, which leaves the [CLS]
+# logits unchanged) to a multiple of this many tokens: at most 8 shapes per batch size in a 256-token window.
+# 128/256/512-token inputs are not padded at all. What padding costs and saves:
+# benchmarks/results/2026-11-28/scorer-latency.md ("Memory").
 OPENVINO_LENGTH_BUCKET = 32
 
 
@@ -209,8 +201,8 @@ def keep_int8_tables(model) -> int:
 def trim_heap() -> None:
     """Hand freed heap pages back to the OS (glibc ``malloc_trim``); a no-op where libc has no such call.
 
-    Compiling and the parity probe leave tens of MB freed but still resident (31 MB after loading an
-    OpenVINO int8 scorer); a long-lived service should not carry them.
+    Compiling and the parity probe leave tens of MB freed but still resident; a long-lived service
+    should not carry them.
     """
     try:
         ctypes.CDLL(None).malloc_trim(0)

@@ -73,8 +73,8 @@ class RuntimeConfig:
 def openvino_int8_bf16_passed(manifest: BundleManifest) -> bool:
     """Whether export's int8 rule passed the OpenVINO int8 IR with the bf16 hint (``parity.openvino_int8.bf16_hint``).
 
-    Only then is ``openvino-int8-bf16`` tried: the parity probe has no labels, and on the 2026-11-28
-    demo model the bf16 hint kept the probe (mean |score change| 0.009) but cost 0.85 point of macro-F1.
+    Only then is ``openvino-int8-bf16`` tried: the parity probe has no labels, and the bf16 hint can keep
+    the probe's scores while costing macro-F1 (benchmarks/results/2026-11-28/int8-export.md).
     """
     record = (manifest.parity or {}).get("openvino_int8") or {}
     return isinstance(record, dict) and isinstance(record.get("bf16_hint"), dict) and record["bf16_hint"].get("passed") is True
@@ -205,10 +205,8 @@ class OnnxClassifier:
         """(logits, calibrated probabilities) for packed inputs, in input order.
 
         Rows are sorted by length and cut into calls of at most ``max_batch_tokens`` padded tokens,
-        each padded to its own longest row. Why batches did not pay: one call padded every row to
-        the batch's longest, and attention is quadratic in that length, so short rows paid for the
-        longest. Measured (32 rows of 40-511 tokens, MiniLM-L6 int8, 2 threads, busy AMD EPYC):
-        5.5 items/s padded to the longest, 7.1 one by one, 7.6 sorted in calls of <= 2048 tokens.
+        each padded to its own longest row: one call padded to the whole batch's longest row would
+        make short rows pay for the longest, and attention is quadratic in that length.
         """
         if not packed:
             return np.zeros((0, self.manifest.num_labels), np.float32), np.zeros((0, self.manifest.num_labels))

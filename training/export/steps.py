@@ -94,8 +94,8 @@ def quantise(src: Path, dst: Path, reduce_range: bool | None = None, weight_type
     """Dynamic int8: per-channel s8 weights / u8 activations (the VNNI fast path).
 
     Without VNNI, ONNX Runtime's u8s8 kernels multiply with VPMADDUBSW, whose 16-bit
-    intermediate sums saturate on full-range 8-bit weights (measured here on an AVX2-only
-    EPYC: a systematic 0.05 shift of every score). ``reduce_range`` (7-bit weights) avoids it;
+    intermediate sums saturate on full-range 8-bit weights (a systematic shift of every score).
+    ``reduce_range`` (7-bit weights) avoids it;
     by default it is on exactly when the exporting CPU lacks VNNI, and the manifest says which.
     ``exclude``: regular expressions; nodes whose name matches one stay fp32.
 
@@ -173,10 +173,9 @@ def quantise_openvino(src: Path, dst: Path, calibration: Sequence[dict[str, np.n
 
     ``ignore``: regular expressions of node names NNCF leaves in float (default: the pooler and classifier).
     The default recipe (preset ``mixed``: symmetric weights, asymmetric activations; ``model_type=TRANSFORMER``,
-    NNCF's scheme for transformers; full bias correction; pooler and classifier in float) is the one that kept the 2026-11-28 ``make demo`` model
-    within the int8 rule: mean |score change| 0.0086 on the 200 export items (0.0090 on 740 held-out ones),
-    where fast bias correction gave 0.0102 and quantising the head too 0.0111-0.0125, and every ONNX Runtime
-    recipe failed (0.011-0.045); benchmarks/results/2026-11-28/int8_recipes.json has every recipe.
+    NNCF's scheme for transformers; full bias correction; pooler and classifier in float) is the recipe that
+    kept a ``make demo`` model within the int8 rule where the others and every ONNX Runtime recipe failed
+    (benchmarks/results/2026-11-28/int8-export.md and int8_recipes.json).
     Raises :class:`ExportError` when nncf/openvino are missing (see :func:`nncf_missing`).
     """
     why = nncf_missing()
