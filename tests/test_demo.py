@@ -64,3 +64,20 @@ def test_demo_with_stage0_starts_the_demo_config_from_the_stage0_directory(tiny_
 def test_demo_refuses_stage0_overrides_without_stage0(capsys):
     assert demo.main(["--skip-data", "--stage0", "off", "--stage0.max_train_items=9"]) == 2
     assert "--stage0 off" in capsys.readouterr().err
+
+
+def test_an_indecisive_sufficiency_bundle_is_announced_loudly():
+    """A model that puts no validation item at "sufficient" makes every gate caveat or decline: say so."""
+    from types import SimpleNamespace
+
+    from suffice.training.demo import indecisive_warning
+
+    def manifest(coverage, task="sufficiency"):
+        return SimpleNamespace(task=task, model_version="7", thresholds={"sufficient": 0.8, "partial": 0.5},
+                               metrics={"validation_levels": {"coverage_at_sufficient": coverage}})
+
+    text = indecisive_warning(manifest(0.0))
+    assert "version 7 puts no validation item at P(sufficient) >= 0.8" in text and text.startswith("!!!")
+    assert indecisive_warning(manifest(0.12)) is None
+    assert indecisive_warning(manifest(0.0, task="retrieval_gate")) is None
+    assert indecisive_warning(SimpleNamespace(task="sufficiency", model_version="1", thresholds={}, metrics={})) is None

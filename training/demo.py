@@ -166,6 +166,9 @@ def set_candidate(bundle: Path) -> int:
         print(f"suffice demo: the bundle {bundle} was not registered (tracking off, or registration failed: see above); "
               f"register it with `suffice export --model {bundle.parent} --out {bundle} --overwrite --register`", file=sys.stderr)
         return 1
+    warning = indecisive_warning(m)
+    if warning:
+        print(warning, file=sys.stderr)
     try:
         promote(m.registered_model, m.model_version, CANDIDATE_ALIAS)
     except RegistryError as e:
@@ -176,6 +179,36 @@ def set_candidate(bundle: Path) -> int:
     for line in usage_commands(m.registered_model, m.model_version):
         print(line)
     return 0
+
+
+def indecisive_warning(manifest) -> str | None:
+    """A loud message when a sufficiency bundle puts no validation item at the "sufficient" level.
+
+    Such a model makes every gate answer with a caveat or decline: it is registered (the demo's
+    path works end to end) but must not pass as a usable candidate silently.
+
+    >>> from types import SimpleNamespace as NS
+    >>> m = NS(task="sufficiency", model_version="3", thresholds={"sufficient": 0.8}, metrics={"validation_levels": {"coverage_at_sufficient": 0.0}})
+    >>> indecisive_warning(m).splitlines()[1]
+    '!! version 3 puts no validation item at P(sufficient) >= 0.8: every gate will caveat or decline.'
+    >>> indecisive_warning(NS(task="sufficiency", model_version="3", thresholds={}, metrics={"validation_levels": {"coverage_at_sufficient": 0.2}})) is None
+    True
+    """
+    from suffice.serving.bundle import VALIDATION_LEVELS
+
+    levels = (manifest.metrics or {}).get(VALIDATION_LEVELS) or {}
+    coverage = levels.get("coverage_at_sufficient")
+    if manifest.task != "sufficiency" or coverage is None or coverage > 0:
+        return None
+    at = (manifest.thresholds or {}).get("sufficient", 0.8)
+    bar = "!" * 100
+    return "\n".join([
+        bar,
+        f"!! version {manifest.model_version} puts no validation item at P(sufficient) >= {at:g}: every gate will caveat or decline.",
+        "!! It is registered as the candidate so the commands below work, but it is not a usable judge: train the",
+        "!! longer recipe (configs/sufficiency-full.yaml or configs/reading.yaml), or check the thresholds, before promoting it.",
+        bar,
+    ])
 
 
 def usage_commands(name: str, version: str, alias: str = CANDIDATE_ALIAS) -> list[str]:
