@@ -264,11 +264,13 @@ class ContextPacker:
                 for t in st & q_terms:
                     df[t] = df.get(t, 0) + 1
         idf = {t: math.log(1.0 + n_docs / (1 + df.get(t, 0))) for t in q_terms}
+        # sums run over sorted terms: a set's order follows the per-process hash seed, and float
+        # addition is not associative, so unsorted sums can break ties differently in another process
         scored = []
         for i, ss in enumerate(sent_stems):
-            title_score = sum(idf[t] for t in title_stems[i] & q_terms)
+            title_score = sum(idf[t] for t in sorted(title_stems[i] & q_terms))
             for j, st in enumerate(ss):
-                s = sum(idf[t] for t in st & q_terms) + 0.5 * title_score
+                s = sum(idf[t] for t in sorted(st & q_terms)) + 0.5 * title_score
                 # a passage's opening sentence usually names its subject: small prior
                 s += 0.25 if j == 0 else 0.0
                 scored.append((tiers[i] if tiers else 0, -s, i, j))

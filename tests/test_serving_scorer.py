@@ -174,3 +174,16 @@ def test_retrieval_gate_bundle_is_not_a_scorer(tiny_bert_dir, tmp_path):
     b = export_bundle(md, tmp_path / "gate-bundle", quantize=False)
     with pytest.raises(BundleError, match="RetrievalGate.load"):
         SufficiencyScorer.load(b)
+
+
+def test_scores_are_bit_identical_under_two_hash_seeds(bundle):
+    """Two processes, two hash seeds, the same rows: the same scores to the last bit."""
+    from test_determinism import ROWS, run_with_hash_seed
+
+    script = ROWS.replace("N_ROWS", "200").replace("N_PASSAGES", "6") + f'''
+from suffice.serving import ScorerConfig, SufficiencyScorer
+scorer = SufficiencyScorer.load({str(bundle[1])!r}, ScorerConfig(precision="fp32", intra_op_threads=1))
+print([r.score.hex() for r in scorer.score_batch([q for q, _ in ROWS], [p for _, p in ROWS], batch_size=100)])
+'''
+    a, b = run_with_hash_seed(0, script), run_with_hash_seed(1, script)
+    assert a == b, "scores differ between PYTHONHASHSEED 0 and 1"
