@@ -187,3 +187,43 @@ print([r.score.hex() for r in scorer.score_batch([q for q, _ in ROWS], [p for _,
 '''
     a, b = run_with_hash_seed(0, script), run_with_hash_seed(1, script)
     assert a == b, "scores differ between PYTHONHASHSEED 0 and 1"
+
+
+def test_manifest_edits_are_refused_naming_the_field(copy, caplog):
+    """Thresholds 0.8/0.5 -> 0.3/0.1 would turn partial rows sufficient: the manifest's digests refuse it,
+    with checksums on or off; a bundle from before digests loads with a warning naming the fix."""
+    from suffice.serving import ManifestError, ScorerConfig, SufficiencyScorer
+
+    exported = (copy / "suffice.json").read_text()
+    m = json.loads(exported)
+    assert set(m["field_digests"]) == set(m) - {"field_digests"} | {"calibration"}
+    for edit in ({"thresholds": {"sufficient": 0.3, "partial": 0.1}}, {"temperature": 0.5}, {"max_length": 64}):
+        (copy / "suffice.json").write_text(json.dumps({**m, **edit}))
+        for verify in (True, False):
+            with pytest.raises(ManifestError, match=rf"{next(iter(edit))}.*edited after export.*suffice export"):
+                SufficiencyScorer.load(copy, ScorerConfig(verify_checksums=verify))
+    (copy / "suffice.json").write_text(exported)
+    assert SufficiencyScorer.load(copy).thresholds["sufficient"] == m["thresholds"]["sufficient"]
+    (copy / "suffice.json").write_text(json.dumps({k: v for k, v in m.items() if k != "field_digests"}))
+    with caplog.at_level("WARNING", logger="suffice.serving.bundle"):
+        SufficiencyScorer.load(copy)
+    assert "no field_digests" in caplog.text and "suffice export" in caplog.text
+
+
+def test_path_and_tokenizer_checks_do_not_depend_on_checksums(copy, tmp_path):
+    from suffice.serving import BundleError, ManifestError, ScorerConfig, SufficiencyScorer
+
+    from serving_support import rewrite_manifest
+
+    m = json.loads((copy / "suffice.json").read_text())
+    evil = tmp_path / "evil.onnx"
+    shutil.copy(copy / "model.onnx", evil)
+    files = {**m["files"], "../evil.onnx": m["files"]["model.onnx"]}
+    rewrite_manifest(copy, {**m, "model_file": "../evil.onnx", "files": files})
+    for verify in (True, False):
+        with pytest.raises(ManifestError, match=r"'\.\./evil\.onnx' must be a plain name inside the bundle"):
+            SufficiencyScorer.load(copy, ScorerConfig(verify_checksums=verify))
+    rewrite_manifest(copy, m)
+    (copy / "tokenizer.json").write_text("{not a tokenizer")
+    with pytest.raises(BundleError, match="cannot read its tokenizer 'tokenizer.json'.*suffice export"):
+        SufficiencyScorer.load(copy, ScorerConfig(verify_checksums=False))
