@@ -36,6 +36,7 @@ from suffice.serving.service.verdicts import fit_question, verdict_key
 log = logging.getLogger("suffice.service")
 NO_UPSTREAM = "no upstream LLM is configured: set upstream.base_url in the service config"
 UNSCORED = "unscored"
+UPSTREAM_FAILED = "upstream_failed"  # chat_gateway_outcomes: the verdict said forward, the upstream call failed
 
 
 def check_chat_request(state: ServiceState, req: ChatRequest) -> str:
@@ -181,6 +182,7 @@ def upstream_payload(config: ServiceConfig, req: ChatRequest, model: str, contex
 def upstream_error(state: ServiceState, e: UpstreamError, meta: dict[str, Any]) -> ApiError:
     """Count and log an upstream failure; the client's error carries the verdict too (429/503: the upstream's Retry-After)."""
     state.metrics.upstream_errors.labels(kind=e.code).inc()
+    state.metrics.chat_outcomes.labels(outcome=UPSTREAM_FAILED).inc()  # not the action it was meant to be
     log.warning("upstream failure %s (%s) from %s: %s; sufficiency score=%s level=%s action=%s", e.code, e.status, e.where,
                 state.redact(e.message), meta["score"], meta["level"], meta["action"])
     headers = {"Retry-After": e.retry_after} if e.retry_after else {}
@@ -225,13 +227,13 @@ async def chat_completion(state: ServiceState, req: ChatRequest) -> Response:
     t_model = time.perf_counter()
     meta, context = await decide(state, req, turn)
     scoring_ms = (time.perf_counter() - t_model) * 1e3
-    state.metrics.chat_outcomes.labels(outcome=meta["action"]).inc()
     model = req.model or config.upstream.model
     structured = wants_structured(req.model_extra or {})
     log.info("chat sufficiency score=%s level=%s action=%s docs=%d scoring_ms=%.1f stream=%s structured=%s",
              meta["score"], meta["level"], meta["action"], len(meta["documents"]["admitted"]), scoring_ms, req.stream, structured)
 
     if meta["action"] == "declined":
+        state.metrics.chat_outcomes.labels(outcome=meta["action"]).inc()
         return declined(model, meta, stream=req.stream, structured=structured)
     if state.upstream is None:
         raise ApiError(404, "not_configured", NO_UPSTREAM, extra={"sufficiency": meta})
@@ -262,14 +264,31 @@ async def forward(state: ServiceState, payload: dict[str, Any], meta: dict[str, 
             if isinstance(msg, dict) and isinstance(msg.get("content"), str) and not msg.get("tool_calls"):
                 msg["content"] = msg["content"].rstrip() + "\n\n" + caveat
     completion["sufficiency"] = meta
+    state.metrics.chat_outcomes.labels(outcome=meta["action"]).inc()
     return JSONResponse(completion, headers=verdict_headers(meta))
 
 
 async def relay(state: ServiceState, stream: UpstreamStream, meta: dict[str, Any], caveat: str | None,
                 model: str) -> AsyncIterator[bytes]:
-    """The upstream's events passed on, the caveat before the first finishing chunk, then the verdict and [DONE]."""
+    """The upstream's events passed on, the caveat before the first finishing chunk, then the verdict and [DONE].
+
+    With ``stream_options.include_usage`` the upstream's usage chunk (no choices) stays the last
+    chunk before [DONE], as OpenAI clients expect: the verdict goes out just before it.
+    """
     ident = {"id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "object": "chat.completion.chunk", "created": int(time.time()), "model": model}
     pending_caveat = caveat
+    verdict_sent = False
+
+    def verdict() -> list[bytes]:
+        nonlocal pending_caveat, verdict_sent
+        out = []
+        if pending_caveat:
+            out.append(sse({**ident, "choices": [{"index": 0, "delta": {"content": "\n\n" + pending_caveat}, "finish_reason": None}]}))
+            pending_caveat = None
+        out.append(sse({**ident, "choices": [], "sufficiency": meta}))
+        verdict_sent = True
+        return out
+
     try:
         async for ev in stream.events():
             if ev.data is None:
@@ -291,10 +310,14 @@ async def relay(state: ServiceState, stream: UpstreamStream, meta: dict[str, Any
                     idx = finishing[0].get("index", 0)
                     yield sse({**ident, "choices": [{"index": idx, "delta": {"content": "\n\n" + pending_caveat}, "finish_reason": None}]})
                     pending_caveat = None
+                if chunk.get("usage") is not None and not chunk.get("choices") and not verdict_sent:
+                    for part in verdict():
+                        yield part
             yield f"data: {ev.data}\n\n".encode()
-        if pending_caveat:
-            yield sse({**ident, "choices": [{"index": 0, "delta": {"content": "\n\n" + pending_caveat}, "finish_reason": None}]})
-        yield sse({**ident, "choices": [], "sufficiency": meta})
+        if not verdict_sent:
+            for part in verdict():
+                yield part
+        state.metrics.chat_outcomes.labels(outcome=meta["action"]).inc()
     except UpstreamError as e:
         err = upstream_error(state, e, meta)
         yield sse({**error_body(err.status, err.code, err.message), "sufficiency": meta})
