@@ -59,9 +59,9 @@ def test_schema_states_non_blank_fields_and_strict_numbers(client):
     assert question["minLength"] == 1 and question["pattern"] == r"\S"
     bad = [("/v1/context-gate", {"artifacts": [{"id": "a", "kind": "document", "content": "x", "authority": True}]}),
            ("/v1/context-gate", {"artifacts": [], "budget_tokens": True}),
-           ("/v1/safety-check", {"query": "q?", "thresholds": {"min_grounding": False}}),
-           ("/v1/safety-check", {"query": "q?", "thresholds": {"reject_insufficient": "yes"}}),
-           ("/v1/safety-check", {"query": "q?", "chunks": [{"text": "t", "score": "0.5"}]})]
+           ("/v1/safety-check", {"question": "q?", "thresholds": {"min_grounding": False}}),
+           ("/v1/safety-check", {"question": "q?", "thresholds": {"reject_insufficient": "yes"}}),
+           ("/v1/safety-check", {"question": "q?", "chunks": [{"text": "t", "score": "0.5"}]})]
     for path, body in bad:
         r = client.post(path, json=body)
         assert r.status_code == 422, (path, body, r.text)

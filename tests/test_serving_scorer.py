@@ -97,6 +97,8 @@ def test_empty_passages_give_insufficient_with_a_reason(bundle):
         assert r.confidence_factors[0].name == "empty_context" and "no passage" in r.missing_aspects[0]
     with pytest.raises(ValueError, match="non-empty string"):
         scorer.score("  ", ["text"])
+    scored, unscored = scorer.score_batch(["Who wrote Hamlet?"] * 2, [["Hamlet is a play by Shakespeare."], []])
+    assert scored.latency_ms > 0 and unscored.latency_ms == 0.0  # a row the model never saw took none of its time
 
 
 def test_missing_aspects_name_uncovered_terms_and_entities(bundle):

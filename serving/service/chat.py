@@ -142,6 +142,10 @@ async def judge_sufficiency(state: ServiceState, question: str, documents: list[
     missing = list(result.missing_aspects)
     if sel is not None and not sel.admitted and excluded:
         missing = [nothing_admitted(excluded)]
+        # documents were given: the scorer saw none because the context gate admitted none
+        factors = [f for f in factors if f["name"] != "empty_context"]
+        factors.insert(0, {"name": "context_gate", "effect": "lowers",
+                           "detail": f"the context gate admitted none of the {len(excluded)} document(s) given, so the model was not run"})
     if level == INSUFFICIENT and not missing:
         missing = [f"at least {sc.min_contexts} relevant document(s) about the question"]
     if level == SUFFICIENT:
