@@ -219,7 +219,7 @@ class GatedScorer:
 
     def __init__(self, inner, fail: bool = False):
         self.inner, self.fail = inner, fail
-        self.manifest, self.count_tokens = inner.manifest, inner.count_tokens
+        self.manifest, self.count_tokens, self.packer, self.variant = inner.manifest, inner.count_tokens, inner.packer, inner.variant
         self.release = threading.Event()
         self.entered = threading.Semaphore(0)
         self.warmed = False

@@ -97,7 +97,8 @@ def test_missing_aspects_match_irregular_forms(scorer):
 
 # -- start-up ---------------------------------------------------------------------------------
 def fake_scorer(metrics):
-    return SimpleNamespace(manifest=SimpleNamespace(metrics=metrics), thresholds={"sufficient": 0.8, "partial": 0.5})
+    manifest = SimpleNamespace(metrics=metrics, model_version=None, registered_model=None, files={}, model_file="model.onnx")
+    return SimpleNamespace(manifest=manifest, thresholds={"sufficient": 0.8, "partial": 0.5})
 
 
 def test_coverage_warning_names_the_numbers():

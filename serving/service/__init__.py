@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
 
     rt, lim = config.runtime, config.limits
     m = scorer.manifest
-    print(f"suffice serve: bundle {args.bundle} ({m.task}, {getattr(scorer, 'variant', scorer.precision)}, window {m.max_length} tokens, "
+    print(f"suffice serve: bundle {args.bundle} ({m.task}, {scorer.variant}, window {m.max_length} tokens, "
           f"strategy {m.long_context_strategy}); thresholds sufficient>={scorer.thresholds[SUFFICIENT]:g} "
           f"partial>={scorer.thresholds[PARTIAL]:g}", file=sys.stderr)
     print(f"suffice serve: {rt.workers} model worker(s) x {rt.intra_op_threads or 'auto'} onnxruntime thread(s); "

@@ -159,8 +159,8 @@ async def readyz(state: State) -> JSONResponse:
     body = {"status": "ready" if state.ready else "not_ready", "model_version": state.model_version,
             "retrieval_gate": state.retrieval_gate is not None, "queue_depth": state.queue.depth,
             # which model variant runs (e.g. onnxruntime-int8, openvino-bf16): the runtime picks it per CPU
-            "variant": getattr(state.scorer, "variant", None),
-            "retrieval_gate_variant": getattr(state.retrieval_gate, "variant", None)}
+            "variant": state.scorer.variant,
+            "retrieval_gate_variant": state.retrieval_gate.variant if state.retrieval_gate is not None else None}
     if not state.ready:
         body["reason"] = state.not_ready_reason
     return JSONResponse(body, status_code=200 if state.ready else 503)

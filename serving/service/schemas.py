@@ -260,7 +260,13 @@ class ChatRequest(BaseModel):
 
 
 class SufficiencyMeta(BaseModel):
-    """The gateway's verdict on a chat request (also in the X-Suffice-Level / -Action / -Score / -Caveat headers)."""
+    """The gateway's verdict on a chat request (also in the X-Suffice-Level / -Action / -Score / -Caveat headers).
+
+    Frozen: a step that adds to it (the caveat, a shortened question) makes a copy, so a cached
+    verdict never changes under a later request.
+    """
+
+    model_config = ConfigDict(frozen=True)
 
     score: float | None
     level: Literal[(*LEVELS, "unscored")] | None
@@ -271,6 +277,10 @@ class SufficiencyMeta(BaseModel):
     caveat: str | None = Field(None, description="Set when a caveat applies; with response_format or tools it is not in the content.")
     reason: str | None = Field(None, description="Why the request was forwarded unscored (no documents, retrieval gate SKIP, ...).")
     question_scored: str | None = Field(None, description="The part of a long turn that was scored (absent when the whole turn was).")
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``sufficiency`` block as answers carry it: the fields this verdict set (``score: null`` kept)."""
+        return self.model_dump(mode="json", exclude_unset=True)
 
 
 class ChatCompletionOut(BaseModel):
