@@ -65,7 +65,8 @@ class RuntimeSection:
     backend: ``auto`` (the fastest variant the bundle holds that this CPU supports, checked against the
         bundle's parity probe), ``onnxruntime`` or ``openvino`` (the extra ``suffice[openvino]``).
     precision: ``auto``, ``int8``, ``fp32`` or ``bf16`` (OpenVINO on CPUs with AMX or AVX-512 BF16).
-    verify_checksums: refuse a bundle whose files do not match its manifest.
+    verify_checksums: refuse a bundle whose files do not match its manifest (hashing every file; the file names and
+        the manifest's own field digests are checked either way).
     """
 
     workers: int = 2
