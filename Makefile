@@ -15,6 +15,8 @@ STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 MLFLOW_DB ?= sqlite:///$(CURDIR)/mlruns/mlflow.db
 # one UI worker: a 2-core machine also trains and serves
 MLFLOW_WORKERS ?= 1
+# the UI's port: make mlflow-ui MLFLOW_PORT=5001 when 5000 is taken
+MLFLOW_PORT ?= 5000
 # EXTRAS=...,spark (pyspark for mlflow.pyfunc.spark_udf) needs a Java 17+ runtime: Debian's, installed when missing
 JAVA_PKG ?= openjdk-17-jre-headless
 
@@ -47,7 +49,7 @@ bench: $(STAMP)
 
 mlflow-ui: $(STAMP)
 	@mkdir -p mlruns/artifacts
-	$(VENV)/bin/mlflow ui --backend-store-uri $(MLFLOW_DB) --default-artifact-root $(CURDIR)/mlruns/artifacts --host 127.0.0.1 --port 5000 --workers $(MLFLOW_WORKERS)
+	$(VENV)/bin/mlflow ui --backend-store-uri $(MLFLOW_DB) --default-artifact-root $(CURDIR)/mlruns/artifacts --host 127.0.0.1 --port $(MLFLOW_PORT) --workers $(MLFLOW_WORKERS)
 
 clean-venv:
 	rm -rf $(VENV)

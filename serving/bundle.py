@@ -8,6 +8,13 @@ or Platt scaling's ``a``/``b``: :mod:`suffice.serving.calibration`), the decisio
 base model, the MLflow run/version, and the sha256 of every other file, so a service can refuse a
 tampered or truncated bundle before it scores anything.
 
+The manifest protects itself too: :func:`write_manifest` (the one writer, used by export and by
+registration) records in ``field_digests`` the sha256 of every other field's canonical JSON, and
+:func:`read_manifest` refuses a manifest whose fields no longer match, naming the field (a
+threshold edited from 0.8 to 0.3 would otherwise turn ``partial`` rows ``sufficient`` silently).
+This check is cheap and runs whatever ``verify_checksums`` says. Bundles written before digests
+existed load with a warning that names the fix (re-export with ``suffice export``).
+
 >>> m = read_manifest("bundles/sufficiency-v3")  # doctest: +SKIP
 >>> m.task, m.id2label[1], m.thresholds["sufficient"]  # doctest: +SKIP
 ('sufficiency', 'sufficient', 0.8)
@@ -18,6 +25,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import logging
 import math
 import os
 from dataclasses import asdict, dataclass, field
@@ -27,6 +35,8 @@ from typing import Any, Mapping
 from suffice.serving.calibration import Calibration
 from suffice.serving.packing import STRATEGIES
 from suffice.serving.probe import ParityProbe, ProbeError
+
+log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 MANIFEST_NAME = "suffice.json"
@@ -99,6 +109,8 @@ class BundleManifest:
     openvino_int8_model_file: the optional OpenVINO int8 IR (``.xml``; its ``.bin`` weights next to it).
     probe_file: the parity probe (packed validation inputs + fp32 scores) every variant is checked
         against at load; None in bundles exported before it existed.
+    field_digests: field name -> sha256 of its canonical JSON, for every other field (written by
+        :func:`write_manifest`, checked by :func:`read_manifest`); None in bundles exported before it.
     """
 
     task: str
@@ -124,6 +136,7 @@ class BundleManifest:
     parity: Mapping[str, Any] = field(default_factory=dict)
     metrics: Mapping[str, Any] = field(default_factory=dict)
     calibration: Mapping[str, Any] | None = None
+    field_digests: Mapping[str, str] | None = None
 
     def __post_init__(self) -> None:
         if self.schema_version != SCHEMA_VERSION:
@@ -218,8 +231,8 @@ class BundleManifest:
             d["id2label"] = {int(k): str(v) for k, v in dict(d["id2label"]).items()}
         except (TypeError, ValueError) as e:
             raise ManifestError(f"{where}: id2label keys must be integers, got {d['id2label']!r}") from e
-        for key in ("thresholds", "files", "parity", "metrics", "calibration"):
-            if key in d and not isinstance(d[key], Mapping) and not (key == "calibration" and d[key] is None):
+        for key in ("thresholds", "files", "parity", "metrics", "calibration", "field_digests"):
+            if key in d and not isinstance(d[key], Mapping) and not (key in ("calibration", "field_digests") and d[key] is None):
                 raise ManifestError(f"{where}: {key} must be a JSON object, got {d[key]!r}")
         try:
             return cls(**d)
@@ -242,7 +255,48 @@ def read_manifest(path: str | os.PathLike) -> BundleManifest:
         data = json.loads(mpath.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ManifestError(f"{mpath} is not valid JSON ({e}): the bundle is damaged; re-export or re-download it") from e
-    return BundleManifest.from_dict(data, where=str(mpath))
+    manifest = BundleManifest.from_dict(data, where=str(mpath))
+    check_file_names(manifest, where=str(mpath))
+    check_field_digests(manifest, where=str(mpath))
+    return manifest
+
+
+def check_file_names(manifest: BundleManifest, where: str = MANIFEST_NAME) -> None:
+    """Every file the manifest names is a plain name inside the bundle (no ``..``, no absolute path),
+    whether or not its checksum is verified."""
+    for name in manifest.files:
+        if Path(name).is_absolute() or ".." in Path(name).parts:
+            raise ManifestError(f"{where}: file entry {name!r} must be a plain name inside the bundle: re-export it with `suffice export`")
+
+
+def field_digests(manifest: BundleManifest) -> dict[str, str]:
+    """sha256 of each field's canonical JSON (sorted keys, no spaces), every field but ``field_digests``.
+
+    >>> m = read_manifest("bundles/sufficiency-v3")  # doctest: +SKIP
+    >>> field_digests(m) == m.field_digests  # doctest: +SKIP
+    True
+    """
+    d = manifest.to_dict()
+    d.pop("field_digests", None)
+    d.setdefault("calibration", None)  # to_dict leaves out an absent calibration; its digest is still recorded
+    return {k: hashlib.sha256(json.dumps(v, sort_keys=True, separators=(",", ":")).encode()).hexdigest() for k, v in sorted(d.items())}
+
+
+def check_field_digests(manifest: BundleManifest, where: str = MANIFEST_NAME) -> None:
+    """Refuse a manifest edited after export: every field must match the digest :func:`write_manifest` recorded."""
+    if manifest.field_digests is None:
+        log.warning("%s has no field_digests (exported before suffice protected its manifest): an edit to its thresholds "
+                    "or calibration would go unnoticed; re-export it with `suffice export` (and re-register) to protect it", where)
+        return
+    now = field_digests(manifest)
+    changed = sorted(k for k in set(now) | set(manifest.field_digests) if now.get(k) != manifest.field_digests.get(k))
+    if changed:
+        shown = {k: manifest.to_dict().get(k) for k in changed[:3]}
+        raise ManifestError(
+            f"{where}: field(s) {changed} were edited after export (now {shown}): the manifest is written only by "
+            "`suffice export` (and registration). Restore the exported suffice.json, or re-export; to serve with other "
+            "thresholds, override them at load (ScorerConfig(thresholds=...), or sufficient_context.thresholds in the service config) instead of editing the bundle"
+        )
 
 
 def verify_bundle(path: str | os.PathLike, manifest: BundleManifest | None = None) -> BundleManifest:
@@ -253,10 +307,9 @@ def verify_bundle(path: str | os.PathLike, manifest: BundleManifest | None = Non
     """
     root = Path(path)
     manifest = manifest or read_manifest(root)
+    check_file_names(manifest, where=str(root / MANIFEST_NAME))
     for name, expected in manifest.files.items():
         f = root / name
-        if Path(name).is_absolute() or ".." in Path(name).parts:
-            raise ManifestError(f"{root / MANIFEST_NAME}: file entry {name!r} must be a plain name inside the bundle")
         if not f.is_file():
             raise BundleNotFoundError(f"bundle {root} is missing {name!r} listed in its manifest: re-export or re-download it")
         got = sha256_file(f)
@@ -292,7 +345,9 @@ def read_probe(path: str | os.PathLike, manifest: BundleManifest | None = None) 
 
 
 def write_manifest(path: str | os.PathLike, manifest: BundleManifest) -> Path:
-    """Write ``suffice.json`` (pretty, sorted keys) and return its path."""
+    """Write ``suffice.json`` (pretty, sorted keys) with the digest of every field, and return its path."""
     out = Path(path) / MANIFEST_NAME
-    out.write_text(json.dumps(manifest.to_dict(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    d = manifest.to_dict()
+    d["field_digests"] = field_digests(manifest)
+    out.write_text(json.dumps(d, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return out

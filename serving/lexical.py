@@ -205,4 +205,4 @@ def sentence_relevance(question_terms: set[str], sentence: str, idf: Mapping[str
     hit = question_terms & stems
     if idf is None:
         return float(len(hit))
-    return float(sum(idf.get(t, 1.0) for t in hit))
+    return float(sum(idf.get(t, 1.0) for t in sorted(hit)))  # sorted: the same sum in every process

@@ -19,12 +19,13 @@ else ``$SUFFICE_MLRUNS_DIR/bundle-cache``, else ``~/.cache/suffice/bundles``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from suffice.serving.bundle import BundleError, BundleNotFoundError
 from suffice.serving.pyfunc import find_bundle
@@ -122,7 +123,8 @@ def download_registry_uri(uri: str | os.PathLike, cache_dir: str | os.PathLike |
         target = cache_root / "runs" / re.sub(r"[^\w.-]+", "_", text[len("runs:/"):])
     if not (target.is_dir() and any(target.iterdir())):
         try:
-            download_atomic(lambda dst: mlflow.artifacts.download_artifacts(artifact_uri=source, dst_path=str(dst)), target)
+            with quiet_artifact_progress():
+                download_atomic(lambda dst: mlflow.artifacts.download_artifacts(artifact_uri=source, dst_path=str(dst)), target)
         except Exception as e:  # network, permissions, missing artifacts: say which URI and source
             raise RegistryURIError(f"could not download {text} (source {source}) into {target}: {e}") from e
     return target
@@ -141,6 +143,21 @@ def local_bundle_dir(path: str | os.PathLike) -> Path:
     # an MLflow model folder (a downloaded registry version) holds its bundle under data/;
     # any other folder is taken as the bundle itself, and loading it says what is missing
     return find_bundle(folder) if (folder / "MLmodel").is_file() else folder
+
+
+@contextlib.contextmanager
+def quiet_artifact_progress() -> Iterator[None]:
+    """MLflow's per-file "Downloading artifacts" progress bars off while a bundle downloads (a service
+    start would print dozens of them); a user's own ``MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR`` wins."""
+    name = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
+    if name in os.environ:
+        yield
+        return
+    os.environ[name] = "false"
+    try:
+        yield
+    finally:
+        os.environ.pop(name, None)
 
 
 def download_atomic(fill: Callable[[Path], object], target: str | os.PathLike) -> Path:

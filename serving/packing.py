@@ -55,6 +55,22 @@ LINE_STRATEGIES = ("select_lines", "referenced_turn", "referenced_exchange")  # 
 _SENTENCE_END = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"'”’)\]]))\s+(?=[\"'“‘(\[]?[A-Z0-9])")
 
 
+# [CLS] question [SEP] context [SEP]: the tokens every packed input spends besides question and context
+SPECIAL_TOKENS = 3
+# the context room a too-long question is asked to leave when it is shortened
+MIN_CONTEXT_TOKENS = 32
+
+
+def question_room(max_length: int) -> int:
+    """The most question tokens a ``max_length`` window takes (the context is then empty): the one
+    "does the question fit" rule, which the packer, the service and the chat gateway share.
+
+    >>> question_room(128)
+    125
+    """
+    return max_length - SPECIAL_TOKENS
+
+
 class QuestionTooLongError(ValueError):
     """The question alone does not fit the window (questions are never truncated)."""
 
@@ -149,6 +165,14 @@ class ContextPacker:
             raise ValueError(f"tokenizer has no {missing} token(s): suffice packs BERT-style inputs; use a BERT-family encoder")
         self.cls_id, self.sep_id, self.pad_id = ids["[CLS]"], ids["[SEP]"], ids["[PAD]"]
 
+    def question_tokens(self, question: str) -> int:
+        """Tokens of ``question`` as :meth:`pack` encodes it (no special tokens)."""
+        return len(self._encode_many([question])[0])
+
+    def question_fits(self, question: str) -> bool:
+        """Whether :meth:`pack` takes ``question`` (else it raises :class:`QuestionTooLongError`)."""
+        return self.question_tokens(question) <= question_room(self.max_length)
+
     # -- encoding helpers ------------------------------------------------------------------
     def _encode_many(self, texts: Sequence[str]) -> list[list[int]]:
         if not texts:
@@ -161,11 +185,11 @@ class ContextPacker:
             raise ValueError(f"question must be a non-empty string, got {question!r}")
         pairs = normalise_passages(passages)
         q_ids = self._encode_many([question])[0]
-        budget = self.max_length - 3 - len(q_ids)
+        budget = question_room(self.max_length) - len(q_ids)
         if budget < 0:
             raise QuestionTooLongError(
                 f"the question is {len(q_ids)} tokens and max_length is {self.max_length}: questions are never "
-                f"truncated, so shorten the question or use a model with max_length >= {len(q_ids) + 3 + 32}"
+                f"truncated, so shorten the question or use a model with max_length >= {len(q_ids) + SPECIAL_TOKENS + MIN_CONTEXT_TOKENS}"
             )
         # Units: per passage, a title header ("title:") and its sentences.
         titles = [f"{t}:" if t else "" for t, _ in pairs]
@@ -264,11 +288,13 @@ class ContextPacker:
                 for t in st & q_terms:
                     df[t] = df.get(t, 0) + 1
         idf = {t: math.log(1.0 + n_docs / (1 + df.get(t, 0))) for t in q_terms}
+        # sums run over sorted terms: a set's order follows the per-process hash seed, and float
+        # addition is not associative, so unsorted sums can break ties differently in another process
         scored = []
         for i, ss in enumerate(sent_stems):
-            title_score = sum(idf[t] for t in title_stems[i] & q_terms)
+            title_score = sum(idf[t] for t in sorted(title_stems[i] & q_terms))
             for j, st in enumerate(ss):
-                s = sum(idf[t] for t in st & q_terms) + 0.5 * title_score
+                s = sum(idf[t] for t in sorted(st & q_terms)) + 0.5 * title_score
                 # a passage's opening sentence usually names its subject: small prior
                 s += 0.25 if j == 0 else 0.0
                 scored.append((tiers[i] if tiers else 0, -s, i, j))

@@ -14,8 +14,9 @@ Neither mlflow nor pandas is imported here until a model is loaded or called.
 0  0.93...   sufficient        3.1...
 
 Input: a DataFrame with a ``question`` column and a ``passages`` column (each cell a list of
-strings or ``{title, text}`` dicts) or a ``context`` column (each cell one string); where both
-columns are present a row with no passages falls back to its context. Output: a DataFrame with
+strings or ``{title, text}`` dicts) or a ``context`` column (each cell one string); a row with
+no (or empty) passages falls back to its context (the item rules of :mod:`suffice.serving.items`,
+the same as HTTP's). Output: a DataFrame with
 ``score`` (calibrated P(sufficient)), ``level`` (sufficient / partial / insufficient) and
 ``latency_ms`` per row, index kept.
 
@@ -26,7 +27,6 @@ columns are present a row with no passages falls back to its context. Output: a 
 
 from __future__ import annotations
 
-import math
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -35,6 +35,7 @@ from typing import Any, Sequence
 
 from suffice.serving.backends import BACKENDS, PRECISIONS
 from suffice.serving.bundle import MANIFEST_NAME, BundleNotFoundError
+from suffice.serving.items import SufficiencyItem
 from suffice.serving.scorer import ScorerConfig, SufficiencyScorer
 
 INPUT_COLUMNS = ("question", "passages", "context")
@@ -49,33 +50,6 @@ INPUT_EXAMPLE = [
     {"question": "When did Chopin leave Warsaw?",
      "passages": ["Chopin left Warsaw in 1830, shortly before the November Uprising."]},
 ]
-
-
-def _is_missing(value: Any) -> bool:
-    """None, NaN, or pandas' NA / NaT (recognised by type name: pandas is not imported here)."""
-    return value is None or (isinstance(value, float) and math.isnan(value)) or type(value).__name__ in ("NAType", "NaTType")
-
-
-def _as_passages(value: Any, row: Any) -> list[Any]:
-    """One cell of the ``passages`` column as a list of strings / ``{title, text}`` dicts.
-
-    Arrow, Parquet and Spark hand lists over as numpy arrays and structs as dicts (or Rows).
-    """
-    if isinstance(value, (str, Mapping)):
-        value = [value]
-    if hasattr(value, "tolist") and not isinstance(value, list):
-        value = value.tolist()
-    if not isinstance(value, (list, tuple)):
-        raise ValueError(f"row {row}: passages must be a list of strings or {{title, text}} objects, got {type(value).__name__} "
-                         f"{str(value)[:80]!r}; put a single context string in the 'context' column instead")
-    out = []
-    for p in value:
-        if hasattr(p, "asDict"):  # pyspark.sql.Row
-            p = p.asDict()
-        if isinstance(p, Mapping):
-            p = {k: ("" if _is_missing(v) else v) for k, v in p.items()}
-        out.append(p)
-    return out
 
 
 def rows_from_frame(frame: Any, index: Sequence[Any] | None = None) -> tuple[list[str], list[list[Any]]]:
@@ -108,20 +82,12 @@ def rows_from_frame(frame: Any, index: Sequence[Any] | None = None) -> tuple[lis
     for idx, rec in zip(index, records):
         if not isinstance(rec, Mapping):
             raise TypeError(f"row {idx}: expected a mapping of column -> value, got {type(rec).__name__}")
-        q = rec.get("question")
-        if not isinstance(q, str) or not q.strip():
-            raise ValueError(f"row {idx}: question must be a non-empty string, got {q!r}")
-        ps, ctx = rec.get("passages"), rec.get("context")
-        if not _is_missing(ps):
-            found = _as_passages(ps, idx)
-        elif isinstance(ctx, str):
-            found = [ctx]
-        elif _is_missing(ctx):
-            found = []
-        else:
-            raise ValueError(f"row {idx}: context must be a string, got {type(ctx).__name__}; lists of passages go in 'passages'")
-        questions.append(q)
-        passages.append(found)
+        try:
+            item = SufficiencyItem.from_fields(rec.get("question"), rec.get("passages"), rec.get("context"))
+        except ValueError as e:
+            raise ValueError(f"row {idx}: {e}") from None
+        questions.append(item.question)
+        passages.append(list(item.passages))
     return questions, passages
 
 

@@ -41,7 +41,8 @@ class RuntimeConfig:
         AMX or AVX-512 BF16).
     intra_op_threads: threads per inference; 0 = the engine's default (one per physical core).
     inter_op_threads: onnxruntime threads across independent graph nodes; 1 suits BERT's sequential graph.
-    verify_checksums: check every file's sha256 against the manifest before loading.
+    verify_checksums: check every file's sha256 against the manifest before loading (file names and the
+        manifest's own field digests are checked whatever this says: they cost nothing).
     check_probe: score the bundle's parity probe with each variant before using it (skipped for
         bundles without a probe).
     max_batch_tokens: padded tokens per model call in a batch (rows are sorted by length first).
@@ -102,6 +103,14 @@ class OnnxClassifier:
         if self.config.verify_checksums:
             verify_bundle(self.path, manifest)
         self.manifest: BundleManifest = manifest
+        # before the engines compile: a bad tokenizer is a clear BundleError, with or without checksums
+        tokenizer_path = self.path / manifest.tokenizer_file
+        try:
+            self.tokenizer = Tokenizer.from_file(str(tokenizer_path))
+            self.packer = ContextPacker(self.tokenizer, max_length=manifest.max_length, strategy=manifest.long_context_strategy)
+        except Exception as e:  # tokenizers raises a bare Exception for a missing or malformed file
+            raise BundleError(f"bundle {self.path}: cannot read its tokenizer {manifest.tokenizer_file!r} ({e}): "
+                              "re-export the bundle with `suffice export` or re-download it") from e
         self.cpu = self.config.cpu or detect()
         if self.config.precision == "int8" and not (manifest.int8_model_file or manifest.openvino_int8_model_file):
             raise BundleError(f"bundle {self.path} has no int8 model: use precision='fp32' or 'auto', or re-export with quantisation")
@@ -141,8 +150,6 @@ class OnnxClassifier:
         log.info("%s: %s on %s%s", self.path, self.variant, self.cpu.describe(),
                  "" if not self.rejected else " (skipped " + ", ".join(r["variant"] for r in self.rejected) + ")")
 
-        self.tokenizer = Tokenizer.from_file(str(self.path / manifest.tokenizer_file))
-        self.packer = ContextPacker(self.tokenizer, max_length=manifest.max_length, strategy=manifest.long_context_strategy)
         self.labels = [manifest.id2label[i] for i in range(manifest.num_labels)]
 
     @property

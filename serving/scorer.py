@@ -88,7 +88,8 @@ class SufficiencyResult:
     level: ``sufficient`` / ``partial`` / ``insufficient`` from the thresholds.
     missing_aspects: what the context lacks, in words a user can act on.
     confidence_factors: why the score is what it is.
-    latency_ms: wall time for this pair (in a batch: the batch's time shared equally).
+    latency_ms: wall time for this pair (in a batch: the batch's time shared by its scored rows; 0 for a row
+        without context, which the model never saw).
     probabilities: every label's calibrated probability (``id2label`` names).
     """
 
@@ -219,13 +220,14 @@ class SufficiencyScorer:
         probs = None
         if packed:
             _, probs = self._model.predict_packed(packed)
-        per_item_ms = (time.perf_counter() - t0) * 1e3 / max(1, len(questions))
+        # the batch's time is shared by the rows the model scored; a row without context was never scored
+        per_item_ms = (time.perf_counter() - t0) * 1e3 / max(1, len(todo))
         for row, i in enumerate(todo):
             p = probs[row]
             results[i] = self._explain(questions[i], norm[i], float(p[self._pos]), p, packed[row], per_item_ms)
         for i, r in enumerate(results):
             if r is None:
-                results[i] = self._empty_result(questions[i], per_item_ms)
+                results[i] = self._empty_result(questions[i], 0.0)
         return results  # type: ignore[return-value]
 
     def _empty_result(self, question: str, latency_ms: float) -> SufficiencyResult:

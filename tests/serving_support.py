@@ -20,6 +20,14 @@ ITEMS = [
 ]
 
 
+def rewrite_manifest(bundle: Path, data: dict) -> None:
+    """Write an edited ``suffice.json`` the way export does (fresh field digests): for tests that need
+    a bundle with other manifest values, where a hand edit would be refused."""
+    from suffice.serving.bundle import BundleManifest, write_manifest
+
+    write_manifest(bundle, BundleManifest.from_dict({k: v for k, v in data.items() if k != "field_digests"}))
+
+
 def validation_items(n: int = 40) -> list[dict]:
     out = []
     for i in range(n):

@@ -105,6 +105,9 @@ def test_registry_alias_as_model_and_progress_with_throughput(bundle, tmp_path, 
     (['{"question": "Q?", "passages": [{"title": "t"}]}'], "no 'text' key"),
     (['{"question": "Q?"}'], "neither a 'passages' nor a 'context' column"),
     (['["Q?", "c"]'], "expected a JSON object"),
+    # a bare string is no passage list: the error HTTP's 422 gives
+    (['{"question": "Q?", "passages": "c"}'], "row 0 (line 1): passages must be a list of strings or {title, text} objects, got str 'c': "
+                                              "put a single context string in 'context' instead"),
 ])
 def test_bad_rows_are_named_and_completed_chunks_kept(bundle, tmp_path, capsys, lines, message):
     from suffice.serving.batch import main

@@ -167,6 +167,9 @@ def test_documents_the_context_gate_drops_are_named_in_the_decline(gateway):
     text = done.choices[0].message.content
     assert meta["action"] == "declined" and meta["documents"]["excluded"] == [{"id": "mars", "reason": "out_of_scope"}]
     assert "matched" in text and "mars" in text and "no passage text" not in text
+    # the explanation says the gate dropped the document, not that none was given
+    assert not any("were given" in f["detail"] for f in meta["factors"]), meta["factors"]
+    assert meta["factors"][0]["name"] == "context_gate" and "admitted none of the 1 document(s)" in meta["factors"][0]["detail"]
 
 
 def test_chit_chat_without_documents_is_forwarded_unscored(gateway, llm):

@@ -9,7 +9,7 @@ import shutil
 import numpy as np
 import pytest
 
-from serving_support import ITEMS, make_model_dir, validation_items
+from serving_support import ITEMS, make_model_dir, rewrite_manifest, validation_items
 
 ov = pytest.importorskip("openvino", reason="OpenVINO is optional: pip install 'suffice[openvino]'")
 
@@ -89,7 +89,7 @@ def _with_bf16_verdict(bundle, tmp_path, passed):
     m["parity"]["openvino_int8"]["bf16_hint"] = {"passed": passed} if passed is not None else None
     if passed is None:
         del m["parity"]["openvino_int8"]["bf16_hint"]
-    (b / "suffice.json").write_text(json.dumps(m))
+    rewrite_manifest(b, m)
     return b
 
 

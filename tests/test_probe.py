@@ -9,7 +9,7 @@ import shutil
 import numpy as np
 import pytest
 
-from serving_support import make_model_dir, validation_items
+from serving_support import make_model_dir, rewrite_manifest, validation_items
 
 
 def _probe(scores, **tol):
@@ -186,7 +186,7 @@ def test_bundle_without_probe_still_loads(copy):
     data = json.loads((copy / MANIFEST_NAME).read_text())
     del data["probe_file"]
     del data["files"]["probe.npz"]
-    (copy / MANIFEST_NAME).write_text(json.dumps(data))
+    rewrite_manifest(copy, data)
     (copy / "probe.npz").unlink()
     s = SufficiencyScorer.load(copy, ScorerConfig(backend="onnxruntime"))
     assert s.describe()["probe"] is None and s.score("Where is Paris?", ["Paris is in France."]).level

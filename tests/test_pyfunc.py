@@ -138,7 +138,7 @@ def test_registered_version_loads_where_there_is_no_torch_and_no_installed_suffi
     assert got["levels"] == [r.level for r in want]
 
 
-def test_service_resolves_a_registry_alias_once_at_start_up(registered, tmp_path, monkeypatch):
+def test_service_resolves_a_registry_alias_once_at_start_up(registered, tmp_path, monkeypatch, capfd):
     pytest.importorskip("fastapi")
     from suffice.serving.bundle import BundleError
     from suffice.serving.model_uri import RegistryURIError, resolve_bundle_uri
@@ -146,7 +146,10 @@ def test_service_resolves_a_registry_alias_once_at_start_up(registered, tmp_path
 
     name, version = registered
     monkeypatch.setenv("SUFFICE_BUNDLE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", raising=False)
+    capfd.readouterr()
     path = resolve_bundle_uri(URI)
+    assert "Downloading artifacts" not in capfd.readouterr().err  # no per-file progress bars at a service start
     assert (path / "suffice.json").is_file() and path.is_relative_to(tmp_path / "cache" / name / version)
     app, scorer, _ = build_service(URI, load_service_config(None, []))
     assert scorer.manifest.model_version == version

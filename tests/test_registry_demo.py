@@ -89,6 +89,23 @@ def test_demo_registers_one_servable_version_with_the_candidate_alias(store, tmp
         assert line in printed, line
 
 
+def test_the_printed_pyfunc_command_runs_in_a_fresh_shell(store, tmp_path):
+    """Pasted as printed into a shell with no MLFLOW_TRACKING_URI, in another folder: plain MLflow finds the store."""
+    import subprocess
+    import sys
+
+    _, printed, _ = store
+    line = next(ln.strip() for ln in printed.splitlines() if "mlflow.pyfunc.load_model" in ln)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "SUFFICE_"))}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # `python` is this environment's
+    shell = tmp_path / "fresh-shell"
+    shell.mkdir()
+    p = subprocess.run(["bash", "-c", line], cwd=shell, env=env, capture_output=True, text=True, timeout=240)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert any(level in p.stdout for level in ("sufficient", "partial", "insufficient")), p.stdout
+    assert not (shell / "mlflow.db").exists() and not (shell / "mlruns").exists()  # no stray store where it ran
+
+
 def test_the_readme_commands_run_after_the_demo(store, tmp_path, capsys):
     """serve (the app `suffice serve` builds), score, promote to production, pyfunc load_model + predict."""
     import mlflow

@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from serving_support import make_model_dir
+from serving_support import make_model_dir, rewrite_manifest
 
 pytest.importorskip("optimum")
 
@@ -105,7 +105,7 @@ def test_gate_packs_with_the_bundle_strategy(gate_bundle, tmp_path):
     for strategy in ("select_lines", "truncate"):
         other = tmp_path / strategy
         shutil.copytree(gate_bundle, other)
-        (other / "suffice.json").write_text(json.dumps({**m, "long_context_strategy": strategy}))
+        rewrite_manifest(other, {**m, "long_context_strategy": strategy})
         if strategy == "truncate":
             with pytest.raises(ValueError, match="retrain it with long_context_strategy select_lines"):
                 RetrievalGate.load(other)
@@ -126,8 +126,8 @@ def test_sufficiency_bundle_is_refused(tiny_bert_dir, tmp_path, gate_bundle):
     m = json.loads((gate_bundle / "suffice.json").read_text())
     other = tmp_path / "b"
     shutil.copytree(gate_bundle, other)
-    (other / "suffice.json").write_text(json.dumps({**m, "task": "sufficiency", "id2label": {"0": "insufficient", "1": "sufficient"},
-                                                    "positive_label": "sufficient", "thresholds": {"sufficient": 0.8, "partial": 0.5}}))
+    rewrite_manifest(other, {**m, "task": "sufficiency", "id2label": {"0": "insufficient", "1": "sufficient"},
+                             "positive_label": "sufficient", "thresholds": {"sufficient": 0.8, "partial": 0.5}})
     with pytest.raises(BundleError, match="SufficiencyScorer.load"):
         RetrievalGate.load(other)
 

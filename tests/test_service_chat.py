@@ -158,6 +158,18 @@ def test_streaming_passes_chunks_through_with_metadata_last(gateway):
     assert len(finish) == 1 and finish[0] is events[-3]  # the caveat comes before the finish chunk
 
 
+def test_streaming_usage_chunk_stays_last(gateway):
+    s = gateway("partial")
+    with s.client() as c:
+        events = sse_events(c.post("/v1/chat/completions", json=chat_body(stream=True, stream_options={"include_usage": True})).text)
+        metrics = c.get("/metrics").text
+    assert events[-1] == "[DONE]"
+    assert events[-2]["choices"] == [] and events[-2]["usage"]["completion_tokens"] > 0 and "sufficiency" not in events[-2]
+    assert events[-3]["choices"] == [] and events[-3]["sufficiency"]["level"] == "partial"
+    assert [e for e in events[:-1] if "sufficiency" in e] == [events[-3]]
+    assert metric_value(metrics, "chat_gateway_outcomes_total", {"outcome": "forwarded_with_caveat"}) == 1
+
+
 def test_streaming_decline(gateway):
     s = gateway("insufficient")
     with s.client() as c:
@@ -197,6 +209,9 @@ def test_upstream_failures_map_to_502_504_and_log_the_verdict(gateway, llm, capl
     assert len(failures) == 5 and all("level=partial" in m and "score=0.6" in m for m in failures)
     assert metric_value(metrics, "upstream_errors_total", {"kind": "upstream_timeout"}) == 1
     assert metric_value(metrics, "http_requests_total", {"route": "/v1/chat/completions", "status": "502"}) == 4
+    # a failed upstream call is no forwarded answer
+    assert metric_value(metrics, "chat_gateway_outcomes_total", {"outcome": "upstream_failed"}) == 5
+    assert metric_value(metrics, "chat_gateway_outcomes_total", {"outcome": "forwarded_with_caveat"}) == 0
 
 
 def test_refused_upstream_is_502(gateway):

@@ -63,7 +63,7 @@ context_gate_body = maybe_extra(st.fixed_dictionaries({"artifacts": st.lists(art
 chunk = texts | st.fixed_dictionaries({"text": texts}, optional={"score": numbers, "title": texts, "id": texts | numbers}) | json_values
 threshold_keys = st.sampled_from(["min_retrieval_confidence", "min_context_chars", "reject_insufficient", "min_relevance",
                                   "model_weight", "min_citation_coverage", "min_grounding", "support_overlap", "bogus"])
-safety_body = maybe_extra(st.fixed_dictionaries({"query": texts | json_values}, optional={
+safety_body = maybe_extra(st.fixed_dictionaries({"question": texts | json_values}, optional={
     "chunks": st.lists(chunk, max_size=5) | json_values, "answer": texts | json_values,
     "thresholds": st.dictionaries(threshold_keys, numbers, max_size=3) | json_values}))
 message = st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant", "system", "tool", ""]) | json_values,
@@ -86,7 +86,7 @@ valid = {
                                                       "content": texts}), max_size=6, unique_by=lambda a: a["id"])},
         optional={"budget_tokens": st.integers(1, 5000), "max_docs": st.integers(0, 10), "query": questions}),
     "/v1/safety-check": st.fixed_dictionaries(
-        {"query": questions, "chunks": st.lists(texts | st.fixed_dictionaries({"text": texts, "score": st.floats(0, 1)}), max_size=4)},
+        {"question": questions, "chunks": st.lists(texts | st.fixed_dictionaries({"text": texts, "score": st.floats(0, 1)}), max_size=4)},
         optional={"answer": texts}),
     "/v1/retrieval-gate": st.fixed_dictionaries(
         {"messages": st.lists(st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant"]), "content": texts}), min_size=1, max_size=5)}),

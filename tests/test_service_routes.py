@@ -87,17 +87,39 @@ def test_context_gate_admits_excludes_with_reasons(client):
 
 def test_safety_check_returns_the_full_result(client):
     chunks = [{"text": "Paris is the capital of France. " * 5, "score": 0.9, "title": "Paris"}]
-    ok = client.post("/v1/safety-check", json={"query": "What is the capital of France?", "chunks": chunks,
+    ok = client.post("/v1/safety-check", json={"question": "What is the capital of France?", "chunks": chunks,
                                                "answer": "The capital of France is Paris [1]."})
     assert ok.status_code == 200, ok.text
     body = ok.json()
     assert body["should_reject"] is False and body["rejection_reason"] is None
     assert "grounding" in body["passed_checks"] and body["diagnostics"]["sufficiency_level"] == "partial"
-    empty = client.post("/v1/safety-check", json={"query": "What is the capital of Peru?"}).json()
+    empty = client.post("/v1/safety-check", json={"question": "What is the capital of Peru?"}).json()
     assert empty["should_reject"] and empty["rejection_reason"] == "insufficient_context"
-    strict = client.post("/v1/safety-check", json={"query": "What is the capital of France?", "chunks": chunks,
+    strict = client.post("/v1/safety-check", json={"question": "What is the capital of France?", "chunks": chunks,
                                                    "thresholds": {"min_retrieval_confidence": 0.95}}).json()
     assert strict["failed_checks"] == ["retrieval_confidence"] and strict["rejection_reason"] == "low_confidence"
+
+
+def test_one_item_schema_in_every_room(client, scorer):
+    """HTTP takes `context` as pyfunc and `suffice score` do, `passages: []` falls back to it, a bare
+    string in `passages` is one error everywhere, and /v1/safety-check names the question `question`."""
+    from suffice.serving.pyfunc import rows_from_frame
+
+    ctx = "The Eiffel Tower is a lattice tower in Paris, France."
+    want = scorer.score(Q, [ctx]).score
+    for body in ({"question": Q, "context": ctx}, {"question": Q, "passages": [], "context": ctx}):
+        r = client.post("/v1/sufficiency", json=body)
+        assert r.status_code == 200 and r.json()["score"] == pytest.approx(want, abs=1e-6), (body, r.text)
+        assert rows_from_frame([body]) == ([Q], [[ctx]])
+    r = client.post("/v1/sufficiency", json={"question": Q, "passages": ctx})
+    assert r.status_code == 422 and r.json()["error"]["param"] == "body.passages"
+    message = r.json()["error"]["message"]
+    assert "put a single context string in 'context'" in message
+    with pytest.raises(ValueError, match="put a single context string in 'context'"):
+        rows_from_frame([{"question": Q, "passages": ctx}])
+    r = client.post("/v1/safety-check", json={"query": Q, "chunks": [ctx]})
+    assert r.status_code == 422 and "'query' is now 'question'" in r.json()["error"]["message"], r.text
+    assert client.post("/v1/safety-check", json={"question": Q, "chunks": [ctx]}).status_code == 200
 
 
 def test_retrieval_gate_route(client, gate):
@@ -167,7 +189,7 @@ def test_bad_inputs_get_4xx_that_name_the_problem(client):
     assert r.status_code == 409 and "unique" in r.json()["error"]["message"] and r.json()["error"]["param"] == "artifacts"
     r = post("/v1/context-gate", json={"artifacts": [{"id": "a", "kind": "video", "content": "x"}]})
     assert r.status_code == 422 and r.json()["error"]["param"] == "body.artifacts.0.kind"
-    r = post("/v1/safety-check", json={"query": "q?", "thresholds": {"min_grounding": 2}})
+    r = post("/v1/safety-check", json={"question": "q?", "thresholds": {"min_grounding": 2}})
     assert r.status_code == 422 and r.json()["error"]["param"] == "body.thresholds.min_grounding"
     r = post("/v1/retrieval-gate", json={"messages": []})
     assert r.status_code == 422 and r.json()["error"]["param"] == "body.messages"
@@ -197,7 +219,7 @@ class GatedScorer:
 
     def __init__(self, inner, fail: bool = False):
         self.inner, self.fail = inner, fail
-        self.manifest, self.count_tokens = inner.manifest, inner.count_tokens
+        self.manifest, self.count_tokens, self.packer, self.variant = inner.manifest, inner.count_tokens, inner.packer, inner.variant
         self.release = threading.Event()
         self.entered = threading.Semaphore(0)
         self.warmed = False

@@ -59,9 +59,9 @@ def test_schema_states_non_blank_fields_and_strict_numbers(client):
     assert question["minLength"] == 1 and question["pattern"] == r"\S"
     bad = [("/v1/context-gate", {"artifacts": [{"id": "a", "kind": "document", "content": "x", "authority": True}]}),
            ("/v1/context-gate", {"artifacts": [], "budget_tokens": True}),
-           ("/v1/safety-check", {"query": "q?", "thresholds": {"min_grounding": False}}),
-           ("/v1/safety-check", {"query": "q?", "thresholds": {"reject_insufficient": "yes"}}),
-           ("/v1/safety-check", {"query": "q?", "chunks": [{"text": "t", "score": "0.5"}]})]
+           ("/v1/safety-check", {"question": "q?", "thresholds": {"min_grounding": False}}),
+           ("/v1/safety-check", {"question": "q?", "thresholds": {"reject_insufficient": "yes"}}),
+           ("/v1/safety-check", {"question": "q?", "chunks": [{"text": "t", "score": "0.5"}]})]
     for path, body in bad:
         r = client.post(path, json=body)
         assert r.status_code == 422, (path, body, r.text)
@@ -97,7 +97,8 @@ def test_missing_aspects_match_irregular_forms(scorer):
 
 # -- start-up ---------------------------------------------------------------------------------
 def fake_scorer(metrics):
-    return SimpleNamespace(manifest=SimpleNamespace(metrics=metrics), thresholds={"sufficient": 0.8, "partial": 0.5})
+    manifest = SimpleNamespace(metrics=metrics, model_version=None, registered_model=None, files={}, model_file="model.onnx")
+    return SimpleNamespace(manifest=manifest, thresholds={"sufficient": 0.8, "partial": 0.5})
 
 
 def test_coverage_warning_names_the_numbers():

@@ -97,6 +97,8 @@ def test_empty_passages_give_insufficient_with_a_reason(bundle):
         assert r.confidence_factors[0].name == "empty_context" and "no passage" in r.missing_aspects[0]
     with pytest.raises(ValueError, match="non-empty string"):
         scorer.score("  ", ["text"])
+    scored, unscored = scorer.score_batch(["Who wrote Hamlet?"] * 2, [["Hamlet is a play by Shakespeare."], []])
+    assert scored.latency_ms > 0 and unscored.latency_ms == 0.0  # a row the model never saw took none of its time
 
 
 def test_missing_aspects_name_uncovered_terms_and_entities(bundle):
@@ -174,3 +176,56 @@ def test_retrieval_gate_bundle_is_not_a_scorer(tiny_bert_dir, tmp_path):
     b = export_bundle(md, tmp_path / "gate-bundle", quantize=False)
     with pytest.raises(BundleError, match="RetrievalGate.load"):
         SufficiencyScorer.load(b)
+
+
+def test_scores_are_bit_identical_under_two_hash_seeds(bundle):
+    """Two processes, two hash seeds, the same rows: the same scores to the last bit."""
+    from test_determinism import ROWS, run_with_hash_seed
+
+    script = ROWS.replace("N_ROWS", "200").replace("N_PASSAGES", "6") + f'''
+from suffice.serving import ScorerConfig, SufficiencyScorer
+scorer = SufficiencyScorer.load({str(bundle[1])!r}, ScorerConfig(precision="fp32", intra_op_threads=1))
+print([r.score.hex() for r in scorer.score_batch([q for q, _ in ROWS], [p for _, p in ROWS], batch_size=100)])
+'''
+    a, b = run_with_hash_seed(0, script), run_with_hash_seed(1, script)
+    assert a == b, "scores differ between PYTHONHASHSEED 0 and 1"
+
+
+def test_manifest_edits_are_refused_naming_the_field(copy, caplog):
+    """Thresholds 0.8/0.5 -> 0.3/0.1 would turn partial rows sufficient: the manifest's digests refuse it,
+    with checksums on or off; a bundle from before digests loads with a warning naming the fix."""
+    from suffice.serving import ManifestError, ScorerConfig, SufficiencyScorer
+
+    exported = (copy / "suffice.json").read_text()
+    m = json.loads(exported)
+    assert set(m["field_digests"]) == set(m) - {"field_digests"} | {"calibration"}
+    for edit in ({"thresholds": {"sufficient": 0.3, "partial": 0.1}}, {"temperature": 0.5}, {"max_length": 64}):
+        (copy / "suffice.json").write_text(json.dumps({**m, **edit}))
+        for verify in (True, False):
+            with pytest.raises(ManifestError, match=rf"{next(iter(edit))}.*edited after export.*suffice export"):
+                SufficiencyScorer.load(copy, ScorerConfig(verify_checksums=verify))
+    (copy / "suffice.json").write_text(exported)
+    assert SufficiencyScorer.load(copy).thresholds["sufficient"] == m["thresholds"]["sufficient"]
+    (copy / "suffice.json").write_text(json.dumps({k: v for k, v in m.items() if k != "field_digests"}))
+    with caplog.at_level("WARNING", logger="suffice.serving.bundle"):
+        SufficiencyScorer.load(copy)
+    assert "no field_digests" in caplog.text and "suffice export" in caplog.text
+
+
+def test_path_and_tokenizer_checks_do_not_depend_on_checksums(copy, tmp_path):
+    from suffice.serving import BundleError, ManifestError, ScorerConfig, SufficiencyScorer
+
+    from serving_support import rewrite_manifest
+
+    m = json.loads((copy / "suffice.json").read_text())
+    evil = tmp_path / "evil.onnx"
+    shutil.copy(copy / "model.onnx", evil)
+    files = {**m["files"], "../evil.onnx": m["files"]["model.onnx"]}
+    rewrite_manifest(copy, {**m, "model_file": "../evil.onnx", "files": files})
+    for verify in (True, False):
+        with pytest.raises(ManifestError, match=r"'\.\./evil\.onnx' must be a plain name inside the bundle"):
+            SufficiencyScorer.load(copy, ScorerConfig(verify_checksums=verify))
+    rewrite_manifest(copy, m)
+    (copy / "tokenizer.json").write_text("{not a tokenizer")
+    with pytest.raises(BundleError, match="cannot read its tokenizer 'tokenizer.json'.*suffice export"):
+        SufficiencyScorer.load(copy, ScorerConfig(verify_checksums=False))

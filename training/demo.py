@@ -176,7 +176,9 @@ def set_candidate(bundle: Path) -> int:
         return 1
     uri = f"models:/{m.registered_model}@{CANDIDATE_ALIAS}"
     print(f"\nregistered {m.registered_model} version {m.model_version} (alias {CANDIDATE_ALIAS}): {uri}")
-    for line in usage_commands(m.registered_model, m.model_version):
+    from suffice.training.paths import default_tracking_uri
+
+    for line in usage_commands(m.registered_model, m.model_version, default_tracking_uri()):
         print(line)
     return 0
 
@@ -211,18 +213,24 @@ def indecisive_warning(manifest) -> str | None:
     ])
 
 
-def usage_commands(name: str, version: str, alias: str = CANDIDATE_ALIAS) -> list[str]:
+def usage_commands(name: str, version: str, store: str, alias: str = CANDIDATE_ALIAS) -> list[str]:
     """The README's commands for a registered bundle version (what the demo prints at the end).
 
-    >>> usage_commands("suffice-sufficiency", "1")[1]
+    ``store`` is the tracking URI the version is registered in: plain MLflow (pyfunc, ``mlflow
+    models serve``, ``spark_udf``) looks for ``./mlflow.db`` unless ``MLFLOW_TRACKING_URI`` says
+    otherwise, so its command names the store and works pasted into any fresh shell.
+
+    >>> usage_commands("suffice-sufficiency", "1", "sqlite:////repo/mlruns/mlflow.db")[1]
     '  suffice serve --bundle models:/suffice-sufficiency@candidate'
+    >>> usage_commands("suffice-sufficiency", "1", "sqlite:////repo/mlruns/mlflow.db")[3][:61]
+    '  MLFLOW_TRACKING_URI=sqlite:////repo/mlruns/mlflow.db python'
     """
     uri = f"models:/{name}@{alias}"
     return [
         "Use it:",
         f"  suffice serve --bundle {uri}",
         f"  suffice score --input items.jsonl --output scored.jsonl --model {uri}",
-        f"  python -c \"import mlflow, pandas as pd; m = mlflow.pyfunc.load_model('{uri}'); "
+        f"  MLFLOW_TRACKING_URI={shlex.quote(store)} python -c \"import mlflow, pandas as pd; m = mlflow.pyfunc.load_model('{uri}'); "
         "print(m.predict(pd.DataFrame([{'question': 'Who founded Lima?', 'context': 'Lima was founded by Pizarro.'}])))\"",
         "Make it production (then serve models:/{0}@production):".format(name),
         f"  suffice promote --name {name} --version {version} --alias production",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 from pathlib import Path
 
@@ -133,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
 
     rt, lim = config.runtime, config.limits
     m = scorer.manifest
-    print(f"suffice serve: bundle {args.bundle} ({m.task}, {getattr(scorer, 'variant', scorer.precision)}, window {m.max_length} tokens, "
+    print(f"suffice serve: bundle {args.bundle} ({m.task}, {scorer.variant}, window {m.max_length} tokens, "
           f"strategy {m.long_context_strategy}); thresholds sufficient>={scorer.thresholds[SUFFICIENT]:g} "
           f"partial>={scorer.thresholds[PARTIAL]:g}", file=sys.stderr)
     print(f"suffice serve: {rt.workers} model worker(s) x {rt.intra_op_threads or 'auto'} onnxruntime thread(s); "
@@ -145,5 +146,13 @@ def main(argv: list[str] | None = None) -> int:
         access_log=config.server.access_log, timeout_graceful_shutdown=config.server.drain_timeout_s,
         lifespan="on", log_config=None,
     ))
+    # uvicorn drains on SIGTERM, restores the handler it found and raises the signal again: with
+    # Python's default handler that kills the process (exit 143) after a clean drain. This handler
+    # lets the drained service return 0, as process managers expect of a clean stop.
+    signal.signal(signal.SIGTERM, _drained)
     server.run()
     return 0 if server.started else 1
+
+
+def _drained(signum, frame) -> None:
+    """SIGTERM after uvicorn's graceful shutdown: nothing left to do, ``main`` returns 0."""

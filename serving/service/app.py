@@ -36,6 +36,8 @@ from typing import Any, AsyncIterator, Mapping, Sequence
 from fastapi import FastAPI
 
 from suffice.serving.bundle import SUFFICIENT, VALIDATION_LEVELS
+from suffice.serving.gates.retrieval import RetrievalGate
+from suffice.serving.scorer import SufficiencyScorer
 from suffice.serving.service.config import ServiceConfig, read_api_keys, read_secret_env
 from suffice.serving.service.docs import add_docs
 from suffice.serving.service.errors import ApiError, RedactingFilter, Redactor, add_error_handlers, error_body
@@ -55,7 +57,8 @@ __all__ = ["ApiError", "ModelQueue", "QueueFullError", "RedactingFilter", "Redac
 log = logging.getLogger("suffice.service")
 
 
-def create_app(config: ServiceConfig, scorer: Any, *, retrieval_gate: Any = None, retriever: Retriever | None = None,
+def create_app(config: ServiceConfig, scorer: SufficiencyScorer, *, retrieval_gate: RetrievalGate | None = None,
+               retriever: Retriever | None = None,
                api_keys: Sequence[str] | None = None, upstream_api_key: str | None = None,
                upstream_transport: Any = None) -> FastAPI:
     """Build the service around a loaded scorer.
@@ -120,16 +123,15 @@ def recorded_coverage(metrics: Any) -> tuple[float, Any, Any] | None:
     return float(share), levels.get("sufficient_threshold"), levels.get("items")
 
 
-def coverage_warning(scorer: Any, floor: float) -> str | None:
+def coverage_warning(scorer: SufficiencyScorer, floor: float) -> str | None:
     """The start-up warning when the bundle's validation coverage at ``sufficient`` is below ``floor`` (None = fine or unknown)."""
-    manifest = getattr(scorer, "manifest", None)
-    found = recorded_coverage(getattr(manifest, "metrics", None))
+    found = recorded_coverage(scorer.manifest.metrics)
     if found is None or found[0] >= floor:
         return None
     share, threshold, n = found
     at = f" (threshold {threshold:g})" if isinstance(threshold, (int, float)) else ""
     items = f" of {n} validation items" if isinstance(n, int) else " of the validation items"
-    in_use = (getattr(scorer, "thresholds", None) or {}).get(SUFFICIENT)
+    in_use = scorer.thresholds.get(SUFFICIENT)
     now = f"; this service uses sufficient>={in_use:g}" if isinstance(in_use, (int, float)) else ""
     return (f"the bundle reaches 'sufficient'{at} on only {share:.1%}{items}, below "
             f"sufficient_context.coverage_floor={floor:g}{now}: most chat answers will be caveated or declined. "

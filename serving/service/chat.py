@@ -28,7 +28,7 @@ from suffice.serving.gates.context import ContextGate
 from suffice.serving.service.chat_forms import declined, sse, verdict_headers, wants_structured
 from suffice.serving.service.config import ServiceConfig
 from suffice.serving.service.errors import ApiError, error_body
-from suffice.serving.service.schemas import ChatRequest, message_text, text_chars
+from suffice.serving.service.schemas import ChatRequest, Factor, SufficiencyMeta, message_text, text_chars
 from suffice.serving.service.state import ServiceState, factors_of
 from suffice.serving.service.upstream import UpstreamError, UpstreamStream
 from suffice.serving.service.verdicts import fit_question, verdict_key
@@ -36,6 +36,7 @@ from suffice.serving.service.verdicts import fit_question, verdict_key
 log = logging.getLogger("suffice.service")
 NO_UPSTREAM = "no upstream LLM is configured: set upstream.base_url in the service config"
 UNSCORED = "unscored"
+UPSTREAM_FAILED = "upstream_failed"  # chat_gateway_outcomes: the verdict said forward, the upstream call failed
 
 
 def check_chat_request(state: ServiceState, req: ChatRequest) -> str:
@@ -50,13 +51,12 @@ def check_chat_request(state: ServiceState, req: ChatRequest) -> str:
 
 def scoring_question(state: ServiceState, turn: str) -> tuple[str, dict[str, Any] | None]:
     """The turn, or (when it does not fit the window) its question part within half the window; and a factor saying so."""
-    count = getattr(state.scorer, "count_tokens", None)
-    manifest = getattr(state.scorer, "manifest", None)
-    if count is None or manifest is None:
+    packer = state.scorer.packer
+    if packer.question_fits(turn):  # the packer's rule, what /v1/sufficiency accepts
         return turn, None
-    window = int(manifest.max_length)
-    if len(turn) <= window * 2 and count(turn) + 3 <= window:  # what /v1/sufficiency accepts
-        return turn, None
+    window = packer.max_length
+    count = packer.question_tokens
+    # a shortened turn takes at most half the window: the rest is for the documents
     question, _ = fit_question(turn, count, max(8, window // 2))
     detail = (f"the last user turn ({count(turn)} tokens) does not fit the {window}-token window: scored with its "
               f"question part ({count(question)} tokens): {question[:200]!r}")
@@ -106,7 +106,7 @@ def nothing_admitted(excluded: list[dict[str, str]]) -> str:
 
 
 async def judge_sufficiency(state: ServiceState, question: str, documents: list[dict[str, Any]],
-                            source: str) -> tuple[dict[str, Any], str]:
+                            source: str) -> tuple[SufficiencyMeta, str]:
     """Gate the documents and score the admitted ones: the ``sufficiency`` block and the admitted context.
 
     An identical (question, documents, bundle) within ``cache_ttl_s`` reuses the stored verdict.
@@ -141,6 +141,10 @@ async def judge_sufficiency(state: ServiceState, question: str, documents: list[
     missing = list(result.missing_aspects)
     if sel is not None and not sel.admitted and excluded:
         missing = [nothing_admitted(excluded)]
+        # documents were given: the scorer saw none because the context gate admitted none
+        factors = [f for f in factors if f["name"] != "empty_context"]
+        factors.insert(0, {"name": "context_gate", "effect": "lowers",
+                           "detail": f"the context gate admitted none of the {len(excluded)} document(s) given, so the model was not run"})
     if level == INSUFFICIENT and not missing:
         missing = [f"at least {sc.min_contexts} relevant document(s) about the question"]
     if level == SUFFICIENT:
@@ -149,8 +153,8 @@ async def judge_sufficiency(state: ServiceState, question: str, documents: list[
         action = "declined"
     else:
         action = "forwarded_with_caveat"
-    meta = {"score": float(result.score), "level": level, "factors": factors, "missing_aspects": missing, "action": action,
-            "documents": {"source": source, "admitted": [a.id for a in sel.admitted] if sel else [], "excluded": excluded}}
+    meta = SufficiencyMeta(score=float(result.score), level=level, factors=factors, missing_aspects=missing, action=action,
+                           documents={"source": source, "admitted": [a.id for a in sel.admitted] if sel else [], "excluded": excluded})
     out = (meta, sel.context if sel else "")
     if state.verdicts is not None:
         state.metrics.verdict_cache.labels(result="miss").inc()
@@ -158,12 +162,12 @@ async def judge_sufficiency(state: ServiceState, question: str, documents: list[
     return out
 
 
-def unscored(config: ServiceConfig, documents: list[dict[str, Any]], source: str, reason: str) -> tuple[dict[str, Any], str]:
+def unscored(config: ServiceConfig, documents: list[dict[str, Any]], source: str, reason: str) -> tuple[SufficiencyMeta, str]:
     """Forwarded without a verdict: the first ``max_docs`` documents, ``level: unscored`` and the reason."""
     kept = documents[: config.context_gate.doc_cap]
     context = "\n\n".join(f"[document:{d['id']}]\n{d['title'] + '. ' if d['title'] else ''}{d['text']}" for d in kept)
-    meta = {"score": None, "level": UNSCORED, "factors": [], "missing_aspects": [], "action": UNSCORED, "reason": reason,
-            "documents": {"source": source, "admitted": [d["id"] for d in kept], "excluded": []}}
+    meta = SufficiencyMeta(score=None, level=UNSCORED, factors=[], missing_aspects=[], action=UNSCORED, reason=reason,
+                           documents={"source": source, "admitted": [d["id"] for d in kept], "excluded": []})
     return meta, context
 
 
@@ -178,17 +182,18 @@ def upstream_payload(config: ServiceConfig, req: ChatRequest, model: str, contex
     return payload
 
 
-def upstream_error(state: ServiceState, e: UpstreamError, meta: dict[str, Any]) -> ApiError:
+def upstream_error(state: ServiceState, e: UpstreamError, meta: SufficiencyMeta) -> ApiError:
     """Count and log an upstream failure; the client's error carries the verdict too (429/503: the upstream's Retry-After)."""
     state.metrics.upstream_errors.labels(kind=e.code).inc()
+    state.metrics.chat_outcomes.labels(outcome=UPSTREAM_FAILED).inc()  # not the action it was meant to be
     log.warning("upstream failure %s (%s) from %s: %s; sufficiency score=%s level=%s action=%s", e.code, e.status, e.where,
-                state.redact(e.message), meta["score"], meta["level"], meta["action"])
+                state.redact(e.message), meta.score, meta.level, meta.action)
     headers = {"Retry-After": e.retry_after} if e.retry_after else {}
     return ApiError(e.status, e.code, state.redact(e.message), headers={**headers, **verdict_headers(meta)},
-                    extra={"sufficiency": meta, **({"upstream_status": e.upstream_status} if e.upstream_status else {})})
+                    extra={"sufficiency": meta.to_json(), **({"upstream_status": e.upstream_status} if e.upstream_status else {})})
 
 
-async def decide(state: ServiceState, req: ChatRequest, turn: str) -> tuple[dict[str, Any], str]:
+async def decide(state: ServiceState, req: ChatRequest, turn: str) -> tuple[SufficiencyMeta, str]:
     """The verdict and the context to send: unscored (sufficiency off, gate SKIP, no documents) or judged."""
     config = state.config
     sc = config.sufficient_context
@@ -210,8 +215,7 @@ async def decide(state: ServiceState, req: ChatRequest, turn: str) -> tuple[dict
                         "sufficient_context.without_documents: decline)")
     meta, context = await judge_sufficiency(state, question, documents, source)
     if shortened:
-        meta["factors"].append(shortened)
-        meta["question_scored"] = question
+        meta = meta.model_copy(update={"factors": [*meta.factors, Factor(**shortened)], "question_scored": question})
     return meta, context
 
 
@@ -225,20 +229,20 @@ async def chat_completion(state: ServiceState, req: ChatRequest) -> Response:
     t_model = time.perf_counter()
     meta, context = await decide(state, req, turn)
     scoring_ms = (time.perf_counter() - t_model) * 1e3
-    state.metrics.chat_outcomes.labels(outcome=meta["action"]).inc()
     model = req.model or config.upstream.model
     structured = wants_structured(req.model_extra or {})
     log.info("chat sufficiency score=%s level=%s action=%s docs=%d scoring_ms=%.1f stream=%s structured=%s",
-             meta["score"], meta["level"], meta["action"], len(meta["documents"]["admitted"]), scoring_ms, req.stream, structured)
+             meta.score, meta.level, meta.action, len(meta.documents["admitted"]), scoring_ms, req.stream, structured)
 
-    if meta["action"] == "declined":
+    if meta.action == "declined":
+        state.metrics.chat_outcomes.labels(outcome=meta.action).inc()
         return declined(model, meta, stream=req.stream, structured=structured)
     if state.upstream is None:
-        raise ApiError(404, "not_configured", NO_UPSTREAM, extra={"sufficiency": meta})
+        raise ApiError(404, "not_configured", NO_UPSTREAM, extra={"sufficiency": meta.to_json()})
     payload = upstream_payload(config, req, model, context)
-    if meta["action"] == "forwarded_with_caveat":
-        meta["caveat"] = sc.caveat
-    caveat = None if structured else meta.get("caveat")  # structured output: the caveat stays out of the content
+    if meta.action == "forwarded_with_caveat":
+        meta = meta.model_copy(update={"caveat": sc.caveat})
+    caveat = None if structured else meta.caveat  # structured output: the caveat stays out of the content
     if not req.stream:
         return await forward(state, payload, meta, caveat)
     try:
@@ -249,7 +253,7 @@ async def chat_completion(state: ServiceState, req: ChatRequest) -> Response:
                              headers={"Cache-Control": "no-cache", **verdict_headers(meta)})
 
 
-async def forward(state: ServiceState, payload: dict[str, Any], meta: dict[str, Any], caveat: str | None) -> Response:
+async def forward(state: ServiceState, payload: dict[str, Any], meta: SufficiencyMeta, caveat: str | None) -> Response:
     """One non-streaming upstream call; the caveat (if any) appended to every text answer, the verdict added."""
     payload.pop("stream", None)
     try:
@@ -261,15 +265,32 @@ async def forward(state: ServiceState, payload: dict[str, Any], meta: dict[str, 
             msg = choice.get("message") if isinstance(choice, dict) else None
             if isinstance(msg, dict) and isinstance(msg.get("content"), str) and not msg.get("tool_calls"):
                 msg["content"] = msg["content"].rstrip() + "\n\n" + caveat
-    completion["sufficiency"] = meta
+    completion["sufficiency"] = meta.to_json()
+    state.metrics.chat_outcomes.labels(outcome=meta.action).inc()
     return JSONResponse(completion, headers=verdict_headers(meta))
 
 
-async def relay(state: ServiceState, stream: UpstreamStream, meta: dict[str, Any], caveat: str | None,
+async def relay(state: ServiceState, stream: UpstreamStream, meta: SufficiencyMeta, caveat: str | None,
                 model: str) -> AsyncIterator[bytes]:
-    """The upstream's events passed on, the caveat before the first finishing chunk, then the verdict and [DONE]."""
+    """The upstream's events passed on, the caveat before the first finishing chunk, then the verdict and [DONE].
+
+    With ``stream_options.include_usage`` the upstream's usage chunk (no choices) stays the last
+    chunk before [DONE], as OpenAI clients expect: the verdict goes out just before it.
+    """
     ident = {"id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "object": "chat.completion.chunk", "created": int(time.time()), "model": model}
     pending_caveat = caveat
+    verdict_sent = False
+
+    def verdict() -> list[bytes]:
+        nonlocal pending_caveat, verdict_sent
+        out = []
+        if pending_caveat:
+            out.append(sse({**ident, "choices": [{"index": 0, "delta": {"content": "\n\n" + pending_caveat}, "finish_reason": None}]}))
+            pending_caveat = None
+        out.append(sse({**ident, "choices": [], "sufficiency": meta.to_json()}))
+        verdict_sent = True
+        return out
+
     try:
         async for ev in stream.events():
             if ev.data is None:
@@ -291,13 +312,17 @@ async def relay(state: ServiceState, stream: UpstreamStream, meta: dict[str, Any
                     idx = finishing[0].get("index", 0)
                     yield sse({**ident, "choices": [{"index": idx, "delta": {"content": "\n\n" + pending_caveat}, "finish_reason": None}]})
                     pending_caveat = None
+                if chunk.get("usage") is not None and not chunk.get("choices") and not verdict_sent:
+                    for part in verdict():
+                        yield part
             yield f"data: {ev.data}\n\n".encode()
-        if pending_caveat:
-            yield sse({**ident, "choices": [{"index": 0, "delta": {"content": "\n\n" + pending_caveat}, "finish_reason": None}]})
-        yield sse({**ident, "choices": [], "sufficiency": meta})
+        if not verdict_sent:
+            for part in verdict():
+                yield part
+        state.metrics.chat_outcomes.labels(outcome=meta.action).inc()
     except UpstreamError as e:
         err = upstream_error(state, e, meta)
-        yield sse({**error_body(err.status, err.code, err.message), "sufficiency": meta})
+        yield sse({**error_body(err.status, err.code, err.message), "sufficiency": meta.to_json()})
     finally:
         await stream.aclose()
     yield b"data: [DONE]\n\n"

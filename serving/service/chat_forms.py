@@ -18,6 +18,8 @@ from urllib.parse import quote
 
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from suffice.serving.service.schemas import SufficiencyMeta
+
 
 def sse(obj: Any) -> bytes:
     """One server-sent event carrying ``obj`` as compact JSON."""
@@ -38,26 +40,26 @@ def header_value(text: str) -> str:
     return flat if flat.isascii() else quote(flat, safe=" !#$&'()*+,/:;=?@[]~")
 
 
-def verdict_headers(meta: Mapping[str, Any]) -> dict[str, str]:
+def verdict_headers(meta: SufficiencyMeta) -> dict[str, str]:
     """The verdict as response headers (the caveat header only when a caveat applies)."""
-    headers = {"X-Suffice-Level": str(meta.get("level") or "unscored"), "X-Suffice-Action": str(meta["action"])}
-    if meta.get("score") is not None:
-        headers["X-Suffice-Score"] = f"{float(meta['score']):.4f}"
-    if meta.get("caveat"):
-        headers["X-Suffice-Caveat"] = header_value(meta["caveat"])
+    headers = {"X-Suffice-Level": str(meta.level or "unscored"), "X-Suffice-Action": str(meta.action)}
+    if meta.score is not None:
+        headers["X-Suffice-Score"] = f"{float(meta.score):.4f}"
+    if meta.caveat:
+        headers["X-Suffice-Caveat"] = header_value(meta.caveat)
     return headers
 
 
-def decline_text(meta: Mapping[str, Any]) -> str:
+def decline_text(meta: SufficiencyMeta) -> str:
     """The assistant's answer when the context is insufficient: what is missing and what to try."""
-    missing = meta.get("missing_aspects") or []
+    missing = meta.missing_aspects
     text = "I can't answer this reliably from the information available to me."
     if missing:
         text += " What is missing: " + "; ".join(missing) + "."
     return text + " Try rephrasing the question, adding detail, or providing documents that cover it."
 
 
-def declined(model: str, meta: dict[str, Any], *, stream: bool, structured: bool) -> Response:
+def declined(model: str, meta: SufficiencyMeta, *, stream: bool, structured: bool) -> Response:
     """The decline as a chat completion (or its stream), written here without calling the LLM."""
     text = decline_text(meta)
     ident = {"id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "created": int(time.time()), "model": model}
@@ -66,13 +68,13 @@ def declined(model: str, meta: dict[str, Any], *, stream: bool, structured: bool
         message = {"role": "assistant", "content": None, "refusal": text} if structured else {"role": "assistant", "content": text}
         return JSONResponse({**ident, "object": "chat.completion",
                              "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-                             "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}, "sufficiency": meta},
+                             "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}, "sufficiency": meta.to_json()},
                             headers=headers)
     return StreamingResponse(declined_chunks(ident, text, meta, structured), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", **headers})
 
 
-async def declined_chunks(ident: dict[str, Any], text: str, meta: dict[str, Any], structured: bool) -> AsyncIterator[bytes]:
+async def declined_chunks(ident: dict[str, Any], text: str, meta: SufficiencyMeta, structured: bool) -> AsyncIterator[bytes]:
     """The decline streamed as OpenAI chunks: role, text (or refusal), stop, the verdict, [DONE]."""
     base = {**ident, "object": "chat.completion.chunk"}
     field = "refusal" if structured else "content"
@@ -80,5 +82,5 @@ async def declined_chunks(ident: dict[str, Any], text: str, meta: dict[str, Any]
     yield sse({**base, "choices": [{"index": 0, "delta": first, "finish_reason": None}]})
     yield sse({**base, "choices": [{"index": 0, "delta": {field: text}, "finish_reason": None}]})
     yield sse({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
-    yield sse({**base, "choices": [], "sufficiency": meta})
+    yield sse({**base, "choices": [], "sufficiency": meta.to_json()})
     yield b"data: [DONE]\n\n"

@@ -65,7 +65,8 @@ class RuntimeSection:
     backend: ``auto`` (the fastest variant the bundle holds that this CPU supports, checked against the
         bundle's parity probe), ``onnxruntime`` or ``openvino`` (the extra ``suffice[openvino]``).
     precision: ``auto``, ``int8``, ``fp32`` or ``bf16`` (OpenVINO on CPUs with AMX or AVX-512 BF16).
-    verify_checksums: refuse a bundle whose files do not match its manifest.
+    verify_checksums: refuse a bundle whose files do not match its manifest (hashing every file; the file names and
+        the manifest's own field digests are checked either way).
     """
 
     workers: int = 2
@@ -217,7 +218,8 @@ class LimitsConfig:
     max_body_bytes: larger bodies get 413. max_passages: passages (documents, artifacts, chunks)
     per item. max_chars: characters of text per item (question + passages). max_batch: items in a
     batch request. max_messages: messages in a chat request. queue_size: requests waiting for or
-    running on the model; beyond it, 503 with Retry-After: retry_after_s.
+    running on the model; beyond it, 503 with Retry-After: retry_after_s. body_timeout_s: the whole
+    request body must arrive within this many seconds, else 408 (a stalled upload holds no slot).
     """
 
     max_body_bytes: int = 1 << 20
@@ -227,11 +229,14 @@ class LimitsConfig:
     max_messages: int = 256
     queue_size: int = 128
     retry_after_s: int = 1
+    body_timeout_s: float = 10.0
 
     def __post_init__(self) -> None:
         for name in ("max_body_bytes", "max_passages", "max_chars", "max_batch", "max_messages", "queue_size", "retry_after_s"):
             if getattr(self, name) < 1:
                 raise ServiceConfigError(f"{name}={getattr(self, name)!r} must be >= 1")
+        if not 0 < self.body_timeout_s <= 3600:
+            raise ServiceConfigError(f"body_timeout_s={self.body_timeout_s!r} must be in (0, 3600] seconds")
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,8 @@ class ServiceMetrics:
         self.queue_depth = Gauge("sufficient_context_queue_depth", "Requests waiting for or running on the model", registry=r)
         self.queue_rejections = Counter("sufficient_context_queue_rejections", "Requests refused with 503 because the model queue was full", registry=r)
         self.upstream_errors = Counter("upstream_errors", "Upstream LLM failures by kind", ["kind"], registry=r)
-        self.chat_outcomes = Counter("chat_gateway_outcomes", "Chat gateway actions (forwarded, caveated, declined)", ["outcome"], registry=r)
+        self.chat_outcomes = Counter("chat_gateway_outcomes", "Chat gateway outcomes once answered (forwarded, forwarded_with_caveat, declined, "
+                                     "unscored; upstream_failed when the upstream call failed)", ["outcome"], registry=r)
         self.verdict_cache = Counter("chat_verdict_cache", "Chat verdict cache lookups (hit = not scored again)", ["result"], registry=r)
         for level in LEVELS:
             self.level.labels(level=level)

@@ -1,11 +1,14 @@
 """The ASGI front door: auth, content type, body size and request metrics, before anything is parsed.
 
 ``/v1`` routes need a bearer key when keys are configured (compared in constant time); POST
-bodies must be JSON (415) and within ``limits.max_body_bytes`` (413); every request is counted.
+bodies must be JSON (415), within ``limits.max_body_bytes`` (413) and arrive within
+``limits.body_timeout_s`` (408); every request is counted (a client that leaves before any
+response as status 499, not as a server error).
 """
 
 from __future__ import annotations
 
+import asyncio
 import email.message
 import hashlib
 import hmac
@@ -21,6 +24,7 @@ POST_ROUTES = ("/v1/sufficiency", "/v1/context-gate", "/v1/safety-check",
 KNOWN_ROUTES = frozenset(POST_ROUTES + ("/v1/models", "/healthz", "/readyz", "/metrics", "/docs", "/redoc", "/openapi.json"))
 HEAD_AS_GET = frozenset(("/healthz", "/readyz"))  # probes that use HEAD
 METHODS = frozenset(("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"))
+CLIENT_CLOSED = 499  # the metrics status of a request whose client disconnected before any response
 
 
 def is_json(content_type: str) -> bool:
@@ -39,8 +43,8 @@ def key_digest(key: str) -> bytes:
 class FrontDoor:
     """Pure ASGI middleware (no per-request task, streaming untouched).
 
-    Order: auth (401) -> content type (415) -> body size (413) -> the app. The body is read once
-    here, bounded, and replayed to the app. Bodies announced or found larger than the limit are
+    Order: auth (401) -> content type (415) -> body size (413) and time (408) -> the app. The body
+    is read once here, bounded in size and time, and replayed to the app. Bodies announced or found larger than the limit are
     drained (up to 16x the limit) so the client can read the 413 instead of a reset connection.
     """
 
@@ -57,7 +61,7 @@ class FrontDoor:
         route = path if path in KNOWN_ROUTES else "other"
         method = scope.get("method", "GET")
         method_label = method if method in METHODS else "OTHER"
-        status_box = [500]
+        status_box: list[int | None] = [None]
 
         async def send_counted(message: dict) -> None:
             if message["type"] == "http.response.start":
@@ -66,10 +70,15 @@ class FrontDoor:
 
         if method == "HEAD" and path in HEAD_AS_GET:
             scope = {**scope, "method": "GET"}  # the server still sends no body: it saw a HEAD request
+        failed = True
         try:
             await self._handle(scope, receive, send_counted, path, scope["method"])
+            failed = False
         finally:
-            self.state.metrics.observe_request(route, method_label, status_box[0], time.perf_counter() - t0)
+            # no response started: an exception is a 500; a clean return means the client left first
+            # (mid-body): counted as 499 (nginx's "client closed request"), not as a server error
+            status = status_box[0] if status_box[0] is not None else (500 if failed else CLIENT_CLOSED)
+            self.state.metrics.observe_request(route, method_label, status, time.perf_counter() - t0)
 
     async def _reply(self, send: Callable, status: int, code: str, message: str, headers: Mapping[str, str] | None = None,
                      param: str | None = None) -> None:
@@ -129,7 +138,23 @@ class FrontDoor:
         return ok
 
     async def _read_body(self, receive: Callable, send: Callable, declared: str | None) -> bytes | None:
-        """The whole body within ``limits.max_body_bytes``; None when the reply (400/413) was sent or the client left."""
+        """The whole body within ``limits.max_body_bytes`` and ``limits.body_timeout_s``; None when the reply
+        (400/408/413) was sent or the client left."""
+        timeout = self.state.config.limits.body_timeout_s
+        deadline = time.monotonic() + timeout
+
+        async def receive_in_time() -> dict:
+            return await asyncio.wait_for(receive(), max(0.0, deadline - time.monotonic()))
+
+        try:
+            return await self._read_body_until(receive_in_time, send, declared)
+        except asyncio.TimeoutError:
+            await self._reply(send, 408, "request_timeout",
+                              f"the request body did not arrive within {timeout:g} s (limits.body_timeout_s): send it at once",
+                              {"Connection": "close"})
+            return None
+
+    async def _read_body_until(self, receive: Callable, send: Callable, declared: str | None) -> bytes | None:
         limit = self.state.config.limits.max_body_bytes
         too_big = f"the request body exceeds the limit of {limit} bytes (limits.max_body_bytes): send fewer or shorter passages"
         if declared is not None:
@@ -166,7 +191,10 @@ class FrontDoor:
         cap = 16 * self.state.config.limits.max_body_bytes
         size = already
         while size <= cap:
-            message = await receive()
+            try:
+                message = await receive()
+            except asyncio.TimeoutError:  # the body timeout ends the drain too: the 413 still goes out
+                return
             if message["type"] != "http.request":
                 return
             size += len(message.get("body", b""))

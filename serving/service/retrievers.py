@@ -105,7 +105,7 @@ class BM25Retriever:
         if k < 1 or not self.docs:
             return []
         scores: dict[int, float] = defaultdict(float)
-        for t in set(bm25_terms(query)):
+        for t in sorted(set(bm25_terms(query))):  # sorted: float sums independent of the hash seed
             idf = self._idf.get(t)
             if not idf:
                 continue

@@ -8,7 +8,7 @@ puts the model work on the bounded queue.
 from __future__ import annotations
 
 import time
-from typing import Annotated, Any, Sequence, Union
+from typing import Annotated, Any, Union
 
 from fastapi import APIRouter, Body, Depends, Request
 from fastapi.responses import JSONResponse, Response
@@ -47,11 +47,6 @@ State = Annotated[ServiceState, Depends(service_state)]
 router = APIRouter()
 
 
-def passages_for_scorer(passages: Sequence[Any]) -> list[Any]:
-    """Request passages as the scorer takes them (strings, or ``{title, text}`` dicts)."""
-    return [p if isinstance(p, str) else {"title": p.title, "text": p.text} for p in passages]
-
-
 @router.post("/v1/sufficiency", response_model=Union[SufficiencyResponse, list[SufficiencyResponse]], responses=ERRORS,
           tags=["sufficiency"], summary="Score whether the passages suffice to answer the question (one item or a list)")
 async def sufficiency(body: Annotated[SufficiencyBody, Body()], state: State) -> Any:
@@ -59,21 +54,22 @@ async def sufficiency(body: Annotated[SufficiencyBody, Body()], state: State) ->
     -> a list of results in input order, scored in batches of the bundle's batch size."""
     t0 = time.perf_counter()
     if isinstance(body, SufficiencyRequest):
-        state.check_item("", len(body.passages), len(body.question) + text_chars(body.passages))
-        state.check_question(body.question, "question")
-        r = await state.run_model(state.scorer.score, body.question, passages_for_scorer(body.passages), param="question")
+        it = body.item()
+        state.check_item("", len(it.passages), len(it.question) + text_chars(it.passages))
+        state.check_question(it.question, "question")
+        r = await state.run_model(state.scorer.score, it.question, list(it.passages), param="question")
         state.observe([r])
         return state.to_response(r, (time.perf_counter() - t0) * 1e3)
-    items = body
-    if len(items) > state.config.limits.max_batch:
-        raise ApiError(413, "batch_too_large", f"the batch has {len(items)} items; the limit is {state.config.limits.max_batch} (limits.max_batch)")
+    if len(body) > state.config.limits.max_batch:
+        raise ApiError(413, "batch_too_large", f"the batch has {len(body)} items; the limit is {state.config.limits.max_batch} (limits.max_batch)")
+    items = [req.item() for req in body]
     for i, it in enumerate(items):
         state.check_item(f"{i}.", len(it.passages), len(it.question) + text_chars(it.passages))
         state.check_question(it.question, f"{i}.question")
     if not items:
         return []
     results = await state.run_model(state.scorer.score_batch, [it.question for it in items],
-                              [passages_for_scorer(it.passages) for it in items], param="question")
+                                    [list(it.passages) for it in items], param="question")
     state.observe(results)
     return [state.to_response(r, float(r.latency_ms)) for r in results]
 
@@ -100,15 +96,15 @@ async def context_gate(req: ContextGateRequest, state: State) -> dict[str, Any]:
           summary="Decide whether to answer or say \"I don't know\", with every check's result")
 async def safety_check(req: SafetyRequest, state: State) -> dict[str, Any]:
     t0 = time.perf_counter()
-    state.check_item("", len(req.chunks), len(req.query) + len(req.answer or "") + text_chars(req.chunks), what="chunks")
-    state.check_question(req.query, "query")
+    state.check_item("", len(req.chunks), len(req.question) + len(req.answer or "") + text_chars(req.chunks), what="chunks")
+    state.check_question(req.question, "question")
     overrides = req.thresholds.model_dump(exclude_none=True) if req.thresholds else {}
     try:
         th = SafetyThresholds(**overrides)
     except ValueError as e:
         raise ApiError(422, "invalid_thresholds", str(e), param="thresholds") from None
     chunks = [c if isinstance(c, str) else {k: v for k, v in c.model_dump().items() if v is not None} for c in req.chunks]
-    res = await state.run_model(SafetyGate(state.scorer, th).check, req.query, chunks, req.answer, param="query")
+    res = await state.run_model(SafetyGate(state.scorer, th).check, req.question, chunks, req.answer, param="question")
     return {
         "should_reject": res.should_reject,
         "rejection_reason": res.rejection_reason.value if res.rejection_reason else None,
@@ -163,8 +159,8 @@ async def readyz(state: State) -> JSONResponse:
     body = {"status": "ready" if state.ready else "not_ready", "model_version": state.model_version,
             "retrieval_gate": state.retrieval_gate is not None, "queue_depth": state.queue.depth,
             # which model variant runs (e.g. onnxruntime-int8, openvino-bf16): the runtime picks it per CPU
-            "variant": getattr(state.scorer, "variant", None),
-            "retrieval_gate_variant": getattr(state.retrieval_gate, "variant", None)}
+            "variant": state.scorer.variant,
+            "retrieval_gate_variant": state.retrieval_gate.variant if state.retrieval_gate is not None else None}
     if not state.ready:
         body["reason"] = state.not_ready_reason
     return JSONResponse(body, status_code=200 if state.ready else 503)

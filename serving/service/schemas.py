@@ -7,11 +7,13 @@ chat models allow them (they are forwarded to the upstream untouched).
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Sequence, Union
+from typing import Annotated, Any, Literal, Mapping, Sequence, Union
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Strict as StrictMode, StrictBool, Tag
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Strict as StrictMode, StrictBool, Tag,
+                      model_validator)
 
 from suffice.serving.bundle import LEVELS
+from suffice.serving.items import SufficiencyItem, passages_form_error
 from suffice.serving.service.config import MAX_DOCS_LIMIT
 
 
@@ -62,11 +64,26 @@ class PassageIn(Strict):
     text: Text
 
 
+def passages_list(v: Any) -> Any:
+    """``passages`` is a list: a bare string or one object gets the error every room gives (:mod:`suffice.serving.items`)."""
+    if isinstance(v, (str, dict)):
+        raise ValueError(passages_form_error(v))
+    return v
+
+
 class SufficiencyRequest(Strict):
-    """One question and the passages retrieved for it (strings or ``{title, text}`` objects)."""
+    """One question and the passages retrieved for it (strings or ``{title, text}`` objects), or one
+    ``context`` string: the item of :class:`suffice.serving.items.SufficiencyItem`, as in pyfunc and ``suffice score``."""
 
     question: NonBlank = Field(description="The user's question (never truncated).")
-    passages: list[Union[Text, PassageIn]] = Field(default_factory=list, description="Retrieved passages.")
+    passages: Annotated[list[Union[Text, PassageIn]], BeforeValidator(passages_list)] = Field(
+        default_factory=list, description="Retrieved passages. Missing or empty: `context` is the context.")
+    context: Text | None = Field(None, description="The context as one string, used when `passages` is missing or empty.")
+
+    def item(self) -> SufficiencyItem:
+        """The item the scorer takes (the same rules as pyfunc and ``suffice score``)."""
+        passages = [p if isinstance(p, str) else {"title": p.title, "text": p.text} for p in self.passages]
+        return SufficiencyItem.from_fields(self.question, passages, self.context)
 
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
         {"question": "Where is the Eiffel Tower?", "passages": [{"title": "Paris", "text": "The Eiffel Tower is in Paris."}]}]})
@@ -159,8 +176,20 @@ class SafetyThresholdsIn(Strict):
     support_overlap: Fraction | None = None
 
 
+def no_query_key(v: Any) -> Any:
+    """``query`` was this route's old name for the question: say so instead of "extra inputs are not permitted"."""
+    if isinstance(v, dict) and "query" in v:
+        raise ValueError("'query' is now 'question' (the name every route uses): send {\"question\": ..., \"chunks\": [...]}")
+    return v
+
+
 class SafetyRequest(Strict):
-    query: NonBlank
+    question: NonBlank = Field(description="The user's question (never truncated).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _query_is_question(cls, data: Any) -> Any:
+        return no_query_key(data)
     chunks: list[Union[Text, ChunkIn]] = Field(default_factory=list)
     answer: Text | None = Field(None, description="The drafted answer; citations [n] refer to chunks[n-1].")
     thresholds: SafetyThresholdsIn | None = None
@@ -231,7 +260,13 @@ class ChatRequest(BaseModel):
 
 
 class SufficiencyMeta(BaseModel):
-    """The gateway's verdict on a chat request (also in the X-Suffice-Level / -Action / -Score / -Caveat headers)."""
+    """The gateway's verdict on a chat request (also in the X-Suffice-Level / -Action / -Score / -Caveat headers).
+
+    Frozen: a step that adds to it (the caveat, a shortened question) makes a copy, so a cached
+    verdict never changes under a later request.
+    """
+
+    model_config = ConfigDict(frozen=True)
 
     score: float | None
     level: Literal[(*LEVELS, "unscored")] | None
@@ -242,6 +277,10 @@ class SufficiencyMeta(BaseModel):
     caveat: str | None = Field(None, description="Set when a caveat applies; with response_format or tools it is not in the content.")
     reason: str | None = Field(None, description="Why the request was forwarded unscored (no documents, retrieval gate SKIP, ...).")
     question_scored: str | None = Field(None, description="The part of a long turn that was scored (absent when the whole turn was).")
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``sufficiency`` block as answers carry it: the fields this verdict set (``score: null`` kept)."""
+        return self.model_dump(mode="json", exclude_unset=True)
 
 
 class ChatCompletionOut(BaseModel):
@@ -286,6 +325,8 @@ def text_chars(items: Sequence[Any]) -> int:
     for p in items:
         if isinstance(p, str):
             n += len(p)
+        elif isinstance(p, Mapping):
+            n += len(str(p.get("title") or "")) + len(str(p.get("text") or ""))
         else:
             n += len(getattr(p, "title", "") or "") + len(getattr(p, "text", "") or getattr(p, "content", "") or "")
     return n

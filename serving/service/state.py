@@ -10,6 +10,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
+from suffice.serving.gates.retrieval import RetrievalGate
+from suffice.serving.packing import MIN_CONTEXT_TOKENS, question_room
+from suffice.serving.scorer import SufficiencyScorer
 from suffice.serving.service.config import ServiceConfig
 from suffice.serving.service.errors import ApiError, Redactor
 from suffice.serving.service.metrics import ServiceMetrics
@@ -19,16 +22,12 @@ from suffice.serving.service.upstream import UpstreamClient
 from suffice.serving.service.verdicts import VerdictCache
 
 
-def model_version_of(scorer: Any) -> str:
+def model_version_of(scorer: SufficiencyScorer) -> str:
     """A stable version string for responses: the manifest's model_version, else its file hash."""
-    m = getattr(scorer, "manifest", None)
-    if m is None:
-        return "unknown"
-    if getattr(m, "model_version", None):
-        name = getattr(m, "registered_model", None)
-        return f"{name}:{m.model_version}" if name else str(m.model_version)
-    files = getattr(m, "files", {}) or {}
-    sha = files.get(getattr(m, "model_file", "model.onnx"))
+    m = scorer.manifest
+    if m.model_version:
+        return f"{m.registered_model}:{m.model_version}" if m.registered_model else str(m.model_version)
+    sha = m.files.get(m.model_file)
     return f"sha256:{sha[:12]}" if sha else "unknown"
 
 
@@ -46,11 +45,11 @@ def factors_of(result: Any) -> list[dict[str, str]]:
 @dataclass
 class ServiceState:
     config: ServiceConfig
-    scorer: Any
+    scorer: SufficiencyScorer
     metrics: ServiceMetrics
     queue: ModelQueue
     redact: Redactor
-    retrieval_gate: Any = None
+    retrieval_gate: RetrievalGate | None = None
     retriever: Retriever | None = None
     key_digests: list[bytes] = field(default_factory=list)
     upstream_key: str | None = None
@@ -87,18 +86,14 @@ class ServiceState:
                            "(limits.max_messages)", param="messages")
 
     def check_question(self, q: str, param: str) -> None:
-        """Questions are never truncated: refuse one longer than the window before queueing it."""
-        count = getattr(self.scorer, "count_tokens", None)
-        manifest = getattr(self.scorer, "manifest", None)
-        if count is None or manifest is None:
-            return
-        window = int(manifest.max_length)
-        if len(q) > window * 2 or count(q) + 3 > window:  # a token is at least half a character, usually far more
-            n = count(q)
-            if n + 3 > window:
-                raise ApiError(422, "question_too_long",
-                               f"{param} is {n} tokens; the model's window is {window} tokens and questions are never "
-                               f"truncated: shorten it to at most {window - 3 - 32} tokens", param=param)
+        """Questions are never truncated: refuse one longer than the window (the packer's rule) before queueing it."""
+        packer = self.scorer.packer
+        n = packer.question_tokens(q)
+        if n > question_room(packer.max_length):
+            raise ApiError(422, "question_too_long",
+                           f"{param} is {n} tokens; the model's window is {packer.max_length} tokens and questions are never "
+                           f"truncated: shorten it to at most {question_room(packer.max_length) - MIN_CONTEXT_TOKENS} tokens",
+                           param=param)
 
     def observe(self, results: Sequence[Any]) -> None:
         """Count sufficiency results in the metrics."""

@@ -285,10 +285,14 @@ def promote(name: str, version: str, alias: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="suffice promote", description="set a registry alias on a bundle version")
-    ap.add_argument("--name", default="suffice-sufficiency")
-    ap.add_argument("--version", required=True)
-    ap.add_argument("--alias", default="production")
+    ap = argparse.ArgumentParser(prog="suffice promote", description="set a registry alias on a bundle version "
+                                 "(after checking that the version resolves to a valid bundle); the store is "
+                                 "MLFLOW_TRACKING_URI, else suffice's mlruns/mlflow.db",
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("--name", default=REGISTERED_NAMES["sufficiency"],
+                    help=f"registered model name ({REGISTERED_NAMES['retrieval_gate']} for the retrieval gate)")
+    ap.add_argument("--version", required=True, help="the model version to point the alias at (`suffice export --register` printed it)")
+    ap.add_argument("--alias", default="production", help="the alias to set; a service loads it as models:/NAME@ALIAS")
     args = ap.parse_args(argv)
     try:
         promote(args.name, args.version, args.alias)

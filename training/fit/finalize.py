@@ -209,9 +209,10 @@ def register_versions(cfg: TrainConfig, out_dir: Path, meta: ModelMeta, bundle: 
 
 
 def log_model_dir(tracker, out_dir: Path) -> None:
-    """Log the model directory as the ``model`` artifact, without checkpoints/evaluation/bundle."""
+    """Log the model directory as the ``model`` artifact, without checkpoints/evaluation/bundle, and
+    without a nested model folder (the demo's ``stage0/``: its own run logged it, checkpoints and all)."""
     for p in sorted(out_dir.iterdir()):
-        if p.name in ("checkpoints", "evaluation", "bundle"):
+        if p.name in ("checkpoints", "evaluation", "bundle") or (p.is_dir() and (p / "suffice_model.json").is_file()):
             continue
         if p.is_dir():
             tracker.log_artifacts(p, f"model/{p.name}")
