@@ -484,7 +484,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from report import render_markdown
 
-    from suffice.training.evaluation.metrics import json_safe
+    from suffice.serving.jsonl import json_safe
 
     results = json_safe(results)
     if args.merge:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from suffice.serving.bundle import MODEL_FP32, MODEL_INT8, MODEL_OV_INT8, TOKENIZER
-from suffice.training.export.errors import ExportError, ParityConfig, ParityError  # noqa: F401  (ParityError: re-exported)
+from suffice.training.export.errors import ExportError, ParityConfig
 from suffice.training.export.manifest import write_manifest
 from suffice.training.export.parity import check_parity, check_roundtrip
 from suffice.training.export.steps import merge, optimise, quantise, read_model, to_onnx, write_probe

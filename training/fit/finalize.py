@@ -229,7 +229,8 @@ def maybe_export(cfg: TrainConfig, out_dir: Path, val_ds, meta: ModelMeta, track
     """
     if not cfg.export:
         return None
-    from suffice.training.export.bundle import ExportError, ParityError, export_bundle
+    from suffice.training.export.bundle import export_bundle
+    from suffice.training.export.errors import ExportError, ParityError
 
     bundle_dir = Path(cfg.export_dir) if cfg.export_dir else out_dir / "bundle"
     pos = meta.positive_index
