@@ -14,9 +14,9 @@ import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
-from suffice.serving.bundle import MODEL_FP32, MODEL_INT8, MODEL_OV_INT8, TOKENIZER
+from suffice.serving.bundle import MODEL_FP32, MODEL_INT8, MODEL_OV_INT8, TOKENIZER, write_manifest
 from suffice.training.export.errors import ExportError, ParityConfig
-from suffice.training.export.manifest import write_manifest
+from suffice.training.export.manifest import build_manifest
 from suffice.training.export.parity import check_parity, check_roundtrip
 from suffice.training.export.steps import merge, optimise, quantise, read_model, to_onnx, write_probe
 from suffice.training.export.validation import PROBE_ITEMS, as_pair
@@ -90,8 +90,8 @@ def export_bundle(
                 ov_file = None
         probe_file = (write_probe(bundle, packed, fp32_par, meta, pc, packer.pad_id, probe_items,
                                   variants=shipped_int8_variants(quantize, ov_file, report)) if probe_items else None)
-        write_manifest(bundle, meta, report, quantized=quantize, probe_file=probe_file, registered_model=registered_model,
-                       model_version=model_version, openvino_int8_file=ov_file)
+        write_manifest(bundle, build_manifest(bundle, meta, report, quantized=quantize, probe_file=probe_file,
+                                              registered_model=registered_model, model_version=model_version, openvino_int8_file=ov_file))
         check_roundtrip(bundle, packed, fp32_par, pc)
 
         if out_dir.exists():

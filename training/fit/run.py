@@ -224,12 +224,11 @@ def resolve_mixed_precision(setting: str, cpu=None) -> str | None:
 
 
 def cpu_threads(cfg: TrainConfig) -> int:
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:
-        cores = os.cpu_count() or 1
+    """``torch_threads``, else this process's share of the usable cores (one share per local process)."""
+    from suffice.serving.cpu import usable_cores
+
     local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    return cfg.torch_threads or max(1, cores // max(local, 1))
+    return cfg.torch_threads or max(1, usable_cores() // max(local, 1))
 
 
 def find_resume_dir(cfg: TrainConfig) -> Path:
