@@ -22,6 +22,7 @@ import math
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Mapping
 
 from suffice.serving.calibration import Calibration
@@ -34,17 +35,61 @@ MODEL_FP32 = "model.onnx"
 MODEL_INT8 = "model.int8.onnx"
 MODEL_OV_INT8 = "model.int8.xml"  # OpenVINO IR; its weights are the sibling ``model.int8.bin``
 TOKENIZER = "tokenizer.json"
-TASKS = ("sufficiency", "retrieval_gate")
-# The three sufficiency levels, most to least sufficient: the one place that names them.
 # The manifest's metrics key holding how decisive the model is at "sufficient" on validation
 # (coverage, recall and precision at the threshold, the score reaching 90% precision).
 VALIDATION_LEVELS = "validation_levels"
+
+# ------------------------------------------------------------------------------------------
+# The task vocabulary: the one place that names the tasks, their labels and default thresholds
+# (training imports it; the bundle carries it to serving).
+# ------------------------------------------------------------------------------------------
+# The three sufficiency levels, most to least sufficient.
 LEVELS = ("sufficient", "partial", "insufficient")
 SUFFICIENT, PARTIAL, INSUFFICIENT = LEVELS
-DEFAULT_THRESHOLDS = {
-    "sufficiency": {SUFFICIENT: 0.8, PARTIAL: 0.5},
-    "retrieval_gate": {"skip": 0.5},
-}
+# The retrieval gate's two decisions, and its one threshold's name.
+RETRIEVE, SKIP = "RETRIEVE", "SKIP"
+SKIP_THRESHOLD = "skip"
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One task of the bundle contract.
+
+    name: the manifest's ``task``. label_schemes: scheme -> label names in logit-column order.
+    positive_label: the label whose calibrated probability is the score. default_thresholds: the
+    decision thresholds a bundle falls back to (sufficiency: calibrated P(sufficient) >= 0.8 answers,
+    >= 0.5 caveats; the gate: SKIP at P(SKIP) >= 0.5).
+
+    >>> TASK_SPECS["sufficiency"].id2label("three_level")
+    {0: 'insufficient', 1: 'partial', 2: 'sufficient'}
+    >>> TASK_SPECS["retrieval_gate"].positive_index("binary")
+    1
+    """
+
+    name: str
+    label_schemes: Mapping[str, tuple[str, ...]]
+    positive_label: str
+    default_thresholds: Mapping[str, float]
+
+    def labels(self, label_scheme: str = "binary") -> tuple[str, ...]:
+        """The label names of ``label_scheme`` in logit-column order; names the schemes this task has."""
+        if label_scheme not in self.label_schemes:
+            raise ValueError(f"task {self.name!r} has no label_scheme {label_scheme!r}: choose one of {sorted(self.label_schemes)}")
+        return self.label_schemes[label_scheme]
+
+    def id2label(self, label_scheme: str = "binary") -> dict[int, str]:
+        return dict(enumerate(self.labels(label_scheme)))
+
+    def positive_index(self, label_scheme: str = "binary") -> int:
+        return self.labels(label_scheme).index(self.positive_label)
+
+
+SUFFICIENCY = TaskSpec("sufficiency", MappingProxyType({"binary": (INSUFFICIENT, SUFFICIENT), "three_level": (INSUFFICIENT, PARTIAL, SUFFICIENT)}),
+                       SUFFICIENT, MappingProxyType({SUFFICIENT: 0.8, PARTIAL: 0.5}))
+RETRIEVAL_GATE = TaskSpec("retrieval_gate", MappingProxyType({"binary": (RETRIEVE, SKIP)}), SKIP, MappingProxyType({SKIP_THRESHOLD: 0.5}))
+TASK_SPECS: Mapping[str, TaskSpec] = MappingProxyType({t.name: t for t in (SUFFICIENCY, RETRIEVAL_GATE)})
+TASKS = tuple(TASK_SPECS)
+DEFAULT_THRESHOLDS: Mapping[str, Mapping[str, float]] = MappingProxyType({t.name: t.default_thresholds for t in TASK_SPECS.values()})
 
 
 class BundleError(ValueError):

@@ -16,12 +16,13 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
+from suffice.serving.bundle import SUFFICIENCY
 from suffice.serving.config import ConfigError
 from suffice.training.fit.features import TrainingFeature, batch_keys, feature_columns
 from suffice.training.fit.config import TrainConfig
 from suffice.training.fit.splits import Splits
 
-THREE_LEVEL_INDEX = {"insufficient": 0, "partial": 1, "sufficient": 2}
+THREE_LEVEL_INDEX = {name: i for i, name in SUFFICIENCY.id2label("three_level").items()}
 EVAL_COLUMNS = ("input_ids", "token_type_ids", "labels", "row")
 
 

@@ -17,7 +17,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from suffice.serving.jsonl import json_safe
-from suffice.serving.bundle import VALIDATION_LEVELS
+from suffice.serving.bundle import PARTIAL, RETRIEVAL_GATE, SUFFICIENCY, SKIP_THRESHOLD, SUFFICIENT, VALIDATION_LEVELS
 from suffice.serving.calibration import Calibration
 from suffice.serving.config import dump_yaml
 from suffice.training.evaluation import report as ev
@@ -35,7 +35,7 @@ def level_thresholds(cfg: TrainConfig, val_logits: np.ndarray, val_labels: np.nd
 
     p_suff = calibration.scores(val_logits, cfg.positive_index)
     levels = decisiveness(p_suff, (val_labels == cfg.positive_index).astype(int), cfg.calibration.sufficient)
-    return {"sufficient": cfg.calibration.sufficient, "partial": cfg.calibration.partial}, {VALIDATION_LEVELS: levels}
+    return {SUFFICIENT: cfg.calibration.sufficient, PARTIAL: cfg.calibration.partial}, {VALIDATION_LEVELS: levels}
 
 
 def skip_threshold(cfg: TrainConfig, val_logits: np.ndarray, val_labels: np.ndarray, calibration: Calibration):
@@ -44,10 +44,10 @@ def skip_threshold(cfg: TrainConfig, val_logits: np.ndarray, val_labels: np.ndar
 
     p_skip = calibration.scores(val_logits, cfg.positive_index)
     th, achieved = threshold_for_precision(p_skip, (val_labels == cfg.positive_index).astype(int), cfg.calibration.skip_min_precision)
-    return {"skip": th}, {"skip_min_precision": cfg.calibration.skip_min_precision, "validation_skip_precision": achieved}
+    return {SKIP_THRESHOLD: th}, {"skip_min_precision": cfg.calibration.skip_min_precision, "validation_skip_precision": achieved}
 
 
-THRESHOLD_RULES = {"sufficiency": level_thresholds, "retrieval_gate": skip_threshold}
+THRESHOLD_RULES = {SUFFICIENCY.name: level_thresholds, RETRIEVAL_GATE.name: skip_threshold}
 
 
 def calibration_and_thresholds(cfg: TrainConfig, val_logits: np.ndarray, val_labels: np.ndarray,
