@@ -126,6 +126,95 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
 
 
 @dataclass(frozen=True)
+class VariantCheck:
+    """Export's verdict on an int8 variant checked on its own (the OpenVINO int8 model, and that model
+    run with OpenVINO's bf16 hint): ``passed``, ``refused`` (why not, when it did not pass), the rule's
+    ``numbers`` (items, largest logit difference, agreement, score change, the quantisation recipe),
+    and ``bf16_hint``, the verdict on the bf16-hint run (None: not checked, or an older bundle).
+
+    >>> VariantCheck.from_dict({"passed": True, "items": 40, "bf16_hint": {"passed": False, "refused": "no bf16"}}).bf16_hint.refused
+    'no bf16'
+    """
+
+    passed: bool = False
+    refused: str | None = None
+    numbers: Mapping[str, Any] = field(default_factory=dict)
+    bf16_hint: "VariantCheck | None" = None
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "parity") -> "VariantCheck | None":
+        if data is None:
+            return None
+        if not isinstance(data, Mapping):
+            raise ManifestError(f"{where} must be a JSON object or null, got {data!r}: re-export the bundle with `suffice export`")
+        rest = {k: v for k, v in data.items() if k not in ("passed", "refused", "bf16_hint")}
+        return cls(passed=data.get("passed") is True, refused=data.get("refused"), numbers=rest,
+                   bf16_hint=cls.from_dict(data.get("bf16_hint"), f"{where}.bf16_hint"))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The manifest's layout: the numbers, ``passed``, then ``refused`` / ``bf16_hint`` where there are any."""
+        out: dict[str, Any] = {**self.numbers, "passed": self.passed}
+        if self.refused is not None:
+            out["refused"] = self.refused
+        if self.bf16_hint is not None:
+            out["bf16_hint"] = self.bf16_hint.to_dict()
+        return out
+
+
+@dataclass(frozen=True)
+class ParityReport:
+    """What export's parity step measured (the manifest's ``parity``; see :mod:`suffice.training.export.parity`).
+
+    fp32_vs_torch_max_abs_diff / fp32_vs_torch_items: the fp32 ONNX graph against PyTorch.
+    graph_optimization / quantization: how the fp32 graph was optimised and the ONNX Runtime int8 one made.
+    int8: the ONNX Runtime int8 rule's numbers against fp32 (the manifest's ``int8_*`` keys, without the prefix).
+    openvino_int8: the OpenVINO int8 model's :class:`VariantCheck` (None: not made).
+    other: keys this version does not know (a benchmark's notes), kept as they were.
+    The JSON layout is the flat one every bundle has had, so older bundles load unchanged.
+
+    >>> r = ParityReport.from_dict({"fp32_vs_torch_max_abs_diff": 1e-6, "int8_agreement": 1.0, "openvino_int8": {"passed": True}})
+    >>> r.int8["agreement"], r.openvino_int8.passed, r.openvino_int8_bf16_passed, r.to_dict()["int8_agreement"]
+    (1.0, True, False, 1.0)
+    """
+
+    fp32_vs_torch_max_abs_diff: float | None = None
+    fp32_vs_torch_items: int | None = None
+    graph_optimization: str | None = None
+    quantization: str | None = None
+    int8: Mapping[str, Any] = field(default_factory=dict)
+    openvino_int8: VariantCheck | None = None
+    other: Mapping[str, Any] = field(default_factory=dict)
+
+    SCALARS = ("fp32_vs_torch_max_abs_diff", "fp32_vs_torch_items", "graph_optimization", "quantization")
+
+    @property
+    def openvino_int8_bf16_passed(self) -> bool:
+        """Whether export's int8 rule passed the OpenVINO int8 model with the bf16 hint: only then does serving try
+        ``openvino-int8-bf16`` (the parity probe serving checks at load has no labels, so it cannot see a metric drop)."""
+        ov = self.openvino_int8
+        return ov is not None and ov.bf16_hint is not None and ov.bf16_hint.passed
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "parity") -> "ParityReport":
+        if not isinstance(data, Mapping):
+            raise ManifestError(f"{where} must be a JSON object, got {data!r}: re-export the bundle with `suffice export`")
+        int8 = {k[len("int8_"):]: v for k, v in data.items() if k.startswith("int8_")}
+        other = {k: v for k, v in data.items() if k not in (*cls.SCALARS, "openvino_int8") and not k.startswith("int8_")}
+        return cls(**{k: data[k] for k in cls.SCALARS if k in data}, int8=int8,
+                   openvino_int8=VariantCheck.from_dict(data.get("openvino_int8"), f"{where}.openvino_int8"),
+                   other=other)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The manifest's flat layout (``int8_*`` keys, ``openvino_int8`` an object); empty fields left out."""
+        out: dict[str, Any] = {k: getattr(self, k) for k in self.SCALARS if getattr(self, k) is not None}
+        out.update({f"int8_{k}": v for k, v in self.int8.items()})
+        if self.openvino_int8 is not None:
+            out["openvino_int8"] = self.openvino_int8.to_dict()
+        out.update(self.other)
+        return out
+
+
+@dataclass(frozen=True)
 class BundleManifest:
     """Everything a service needs to know about an exported model (``suffice.json``).
 
@@ -166,7 +255,7 @@ class BundleManifest:
     registered_model: str | None = None
     model_version: str | None = None
     created_at: str | None = None
-    parity: Mapping[str, Any] = field(default_factory=dict)
+    parity: ParityReport = field(default_factory=ParityReport)
     metrics: Mapping[str, Any] = field(default_factory=dict)
     calibration: Mapping[str, Any] | None = None
 
@@ -176,6 +265,8 @@ class BundleManifest:
                 f"manifest schema_version {self.schema_version!r} is not supported (this suffice reads "
                 f"version {SCHEMA_VERSION}): re-export the model with this version of `suffice export`"
             )
+        if not isinstance(self.parity, ParityReport):
+            raise ManifestError(f"parity must be a ParityReport, got {type(self.parity).__name__}: build it with ParityReport.from_dict")
         if self.task not in TASKS:
             raise ManifestError(f"unknown task {self.task!r}: expected one of {list(TASKS)}")
         if not self.id2label or sorted(self.id2label) != list(range(len(self.id2label))):
@@ -235,6 +326,7 @@ class BundleManifest:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        d["parity"] = self.parity.to_dict()
         d["id2label"] = {str(k): v for k, v in self.id2label.items()}
         d["thresholds"] = dict(self.thresholds)
         d["files"] = dict(self.files)
@@ -266,6 +358,8 @@ class BundleManifest:
         for key in ("thresholds", "files", "parity", "metrics", "calibration"):
             if key in d and not isinstance(d[key], Mapping) and not (key == "calibration" and d[key] is None):
                 raise ManifestError(f"{where}: {key} must be a JSON object, got {d[key]!r}")
+        if "parity" in d:
+            d["parity"] = ParityReport.from_dict(d["parity"], where=f"{where}: parity")
         try:
             return cls(**d)
         except ManifestError as e:

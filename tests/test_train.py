@@ -302,7 +302,7 @@ def test_refused_int8_still_ships_the_checked_fp32_bundle(tiny_bert, tmp_path, m
     assert summary["bundle"] == str(out / "bundle")
     assert sorted(p.name for p in (out / "bundle").iterdir()) == ["model.onnx", "probe.npz", "suffice.json", "tokenizer.json"]
     m = read_manifest(out / "bundle")
-    assert m.parity["quantization"] is None and m.parity["fp32_vs_torch_max_abs_diff"] <= 1e-4
+    assert m.parity.quantization is None and m.parity.fp32_vs_torch_max_abs_diff <= 1e-4
     assert "int8 refused" in capsys.readouterr().err
 
 @pytest.mark.slow

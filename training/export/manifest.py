@@ -5,19 +5,18 @@ from __future__ import annotations
 import datetime as _dt
 import os
 from pathlib import Path
-from typing import Any
 
-from suffice.serving.bundle import DEFAULT_THRESHOLDS, MODEL_INT8, BundleManifest, sha256_file
+from suffice.serving.bundle import DEFAULT_THRESHOLDS, MODEL_INT8, BundleManifest, ParityReport, sha256_file
 from suffice.training.fit.meta import ModelMeta
 
 
-def build_manifest(bundle: Path, meta: ModelMeta, parity: dict[str, Any], *, quantized: bool,
+def build_manifest(bundle: Path, meta: ModelMeta, parity: ParityReport, *, quantized: bool,
                    probe_file: str | None = None, openvino_int8_file: str | None = None, registered_model: str | None = None,
                    model_version: str | None = None) -> BundleManifest:
     """The manifest of ``bundle``: its files (checksums), the model (labels, window, calibration, thresholds)
     and its parity report; :func:`suffice.serving.bundle.write_manifest` writes it as ``suffice.json``.
 
-    >>> build_manifest(Path("/tmp/work/bundle"), ModelMeta.read("models/demo"), {}, quantized=True)  # doctest: +SKIP
+    >>> build_manifest(Path("/tmp/work/bundle"), ModelMeta.read("models/demo"), ParityReport(), quantized=True)  # doctest: +SKIP
     """
     ml = meta.mlflow or {}
     files = {name: sha256_file(bundle / name) for name in sorted(os.listdir(bundle))}
