@@ -42,8 +42,10 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from suffice.serving.config import not_overrides
 from suffice.serving.jsonl import json_safe
 from suffice.training.fit.finalize import finalize
+from suffice.training.fit.config import normalise_argv
 from suffice.training.fit.meta import REQUIRED
 from suffice.training.tracking import RunTracker, git_commit, log_evaluation_data, ui_command
 
@@ -362,7 +364,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args, rest = build_parser().parse_known_args(argv)
-    bad = [r for r in rest if not r.startswith("--")]
+    bad = not_overrides(normalise_argv(rest))  # bare --export / --resume read as =true, as in suffice train
     if bad:
         print(f"suffice soup: unexpected arguments {bad}: options are --key=value", file=sys.stderr)
         return 2
