@@ -22,7 +22,7 @@ import copy
 import json
 import shutil
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 from suffice.training.fit.config import LoraSettings
 from suffice.training.fit.meta import MODEL_META, ModelMeta, read_model_meta, write_model_meta
