@@ -152,7 +152,8 @@ def quality(es: EvalSet, out: Path) -> dict[str, Any]:
     selective accuracy; writes reliability and selective-accuracy PNGs into ``out``."""
     from suffice.training.evaluation import evaluate as ev
     from suffice.training.evaluation import report as evr
-    from suffice.training.evaluation.metrics import json_safe, plot_reliability, plot_selective_accuracy, reliability_bins, selective_accuracy
+    from suffice.serving.jsonl import json_safe
+    from suffice.training.evaluation.metrics import plot_reliability, plot_selective_accuracy, reliability_bins, selective_accuracy
 
     pos, names, bins = es.positive_index, es.names, es.cfg.calibration.ece_bins
     thresholds = es.info["thresholds"] or {"sufficient": 0.8, "partial": 0.5}
@@ -277,7 +278,7 @@ def long_context(es: EvalSet, items: Sequence[Any], windows: Sequence[int]) -> d
     on the multi-hop items of the test split (autorater and gold labels) and, flagged, of the train split."""
     from suffice.training.evaluation import evaluate as ev
     from suffice.training.evaluation import report as evr
-    from suffice.training.evaluation.metrics import json_safe
+    from suffice.serving.jsonl import json_safe
 
     t0 = time.perf_counter()
     coverage = answer_in_window(items, es.bundle / "tokenizer.json", windows)
@@ -356,7 +357,7 @@ def retrieval_gate(model: str, out: Path, baselines: Sequence[str] = ("tfidf_lr"
     from suffice.serving.packing import ContextPacker
     from suffice.training.evaluation import evaluate as ev
     from suffice.training.evaluation import report as evr
-    from suffice.training.evaluation.metrics import json_safe
+    from suffice.serving.jsonl import json_safe
     from suffice.training.fit.model import load_tokenizer
     from suffice.training.fit.encode import encode_split
     from suffice.training.fit.splits import load_splits

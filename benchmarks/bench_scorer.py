@@ -247,7 +247,6 @@ def main(argv: list[str] | None = None) -> int:
         # the int8 IR with the bf16 hint around its int8 layers, timed whatever export's rule said about it
         from suffice.serving.backends import OpenVinoEngine
         from suffice.serving.bundle import read_manifest
-        from suffice.serving.runtime import openvino_int8_bf16_passed
 
         m = read_manifest(bundle)
         if loaded["openvino_int8"].get("variant") == "openvino-int8-bf16":
@@ -256,9 +255,10 @@ def main(argv: list[str] | None = None) -> int:
             loaded["openvino_int8"] = {**loaded["openvino_int8"], "variant": "openvino-int8", "probe": None}
         runners["openvino_int8_bf16_hint"] = OpenVinoEngine(bundle / m.openvino_int8_model_file, "int8", args.threads, hint="bf16").run
         loaded["openvino_int8_bf16_hint"] = {"variant": "openvino-int8-bf16", "probe": None,
-                                             "rejected_variants": [] if openvino_int8_bf16_passed(m) else
+                                             "rejected_variants": [] if m.parity.openvino_int8_bf16_passed else
                                              [{"variant": "openvino-int8-bf16", "reason": "export's int8 rule did not pass it: "
-                                               + str((m.parity.get("openvino_int8") or {}).get("bf16_hint", "not checked (older bundle)"))}]}
+                                               + str(m.parity.openvino_int8.bf16_hint.to_dict() if m.parity.openvino_int8 and m.parity.openvino_int8.bf16_hint
+                                                     else "not checked (older bundle)")}]}
     if with_ov and args.openvino_plain and any(name == "openvino_int8" for name, _, _ in variants):
         # the engine before the lean defaults (fp32 copy of the int8 embeddings, no length buckets): what they cost
         from suffice.serving.backends import OpenVinoEngine

@@ -50,9 +50,8 @@ def training_cost(cfg, base_dir, train_ds, pad_id: int, steps: int = 12, rounds:
     setups: dict[str, dict[str, Any]] = {}
     for mode, prec in ((m, p) for m in ("lora", "full") for p in precisions):
         torch.manual_seed(cfg.seed)
-        model = build_model(base_dir, num_labels=cfg.num_labels, id2label=cfg.id2label, finetune=mode, lora_r=cfg.lora.r,
-                            lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout, target_modules=cfg.lora.target_modules,
-                            modules_to_save=cfg.lora.modules_to_save, freeze_layers=cfg.freeze_layers if mode == "full" else 0)
+        model = build_model(base_dir, id2label=cfg.id2label, finetune=mode, lora=cfg.lora,
+                            freeze_layers=cfg.freeze_layers if mode == "full" else 0)
         model.train()
         opt = torch.optim.AdamW(optimizer_groups(model, cfg.learning_rate, cfg.resolved_head_learning_rate(), cfg.weight_decay))
         key = mode if prec == "fp32" else f"{mode}-{prec}"

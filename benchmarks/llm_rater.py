@@ -236,7 +236,8 @@ def llm_rater(es, per_source: int, max_tokens: int, threads: int = 2, judge: Any
     import numpy as np
 
     from suffice.serving import ScorerConfig, SufficiencyScorer
-    from suffice.training.evaluation.metrics import classification_metrics, json_safe
+    from suffice.serving.jsonl import json_safe
+    from suffice.training.evaluation.metrics import classification_metrics
 
     t0 = time.perf_counter()
     path = sha = None

@@ -103,7 +103,8 @@ def with_int8(bundle: Path, work: Path) -> tuple[Path, str | None]:
     how = quantise(copy / manifest.model_file, copy / MODEL_INT8)
     files = {**dict(manifest.files), MODEL_INT8: sha256_file(copy / MODEL_INT8)}
     write_manifest(copy, dataclasses.replace(manifest, int8_model_file=MODEL_INT8, files=files,
-                                             parity={**dict(manifest.parity), "benchmark_quantization": how}))
+                                             parity=dataclasses.replace(manifest.parity, other={**manifest.parity.other,
+                                                                                                  "benchmark_quantization": how})))
     return copy, (f"the bundle ships no int8 model (`suffice demo` exports fp32 only when int8 fails the export parity check), so the "
                   f"int8 model measured here was quantised from the bundle's fp32 graph in this run with "
                   f"suffice.training.export.quantise: {how}")
@@ -484,7 +485,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from report import render_markdown
 
-    from suffice.training.evaluation.metrics import json_safe
+    from suffice.serving.jsonl import json_safe
 
     results = json_safe(results)
     if args.merge:

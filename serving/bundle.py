@@ -30,6 +30,7 @@ import math
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Mapping
 
 from suffice.serving.calibration import Calibration
@@ -44,17 +45,61 @@ MODEL_FP32 = "model.onnx"
 MODEL_INT8 = "model.int8.onnx"
 MODEL_OV_INT8 = "model.int8.xml"  # OpenVINO IR; its weights are the sibling ``model.int8.bin``
 TOKENIZER = "tokenizer.json"
-TASKS = ("sufficiency", "retrieval_gate")
-# The three sufficiency levels, most to least sufficient: the one place that names them.
 # The manifest's metrics key holding how decisive the model is at "sufficient" on validation
 # (coverage, recall and precision at the threshold, the score reaching 90% precision).
 VALIDATION_LEVELS = "validation_levels"
+
+# ------------------------------------------------------------------------------------------
+# The task vocabulary: the one place that names the tasks, their labels and default thresholds
+# (training imports it; the bundle carries it to serving).
+# ------------------------------------------------------------------------------------------
+# The three sufficiency levels, most to least sufficient.
 LEVELS = ("sufficient", "partial", "insufficient")
 SUFFICIENT, PARTIAL, INSUFFICIENT = LEVELS
-DEFAULT_THRESHOLDS = {
-    "sufficiency": {SUFFICIENT: 0.8, PARTIAL: 0.5},
-    "retrieval_gate": {"skip": 0.5},
-}
+# The retrieval gate's two decisions, and its one threshold's name.
+RETRIEVE, SKIP = "RETRIEVE", "SKIP"
+SKIP_THRESHOLD = "skip"
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One task of the bundle contract.
+
+    name: the manifest's ``task``. label_schemes: scheme -> label names in logit-column order.
+    positive_label: the label whose calibrated probability is the score. default_thresholds: the
+    decision thresholds a bundle falls back to (sufficiency: calibrated P(sufficient) >= 0.8 answers,
+    >= 0.5 caveats; the gate: SKIP at P(SKIP) >= 0.5).
+
+    >>> TASK_SPECS["sufficiency"].id2label("three_level")
+    {0: 'insufficient', 1: 'partial', 2: 'sufficient'}
+    >>> TASK_SPECS["retrieval_gate"].positive_index("binary")
+    1
+    """
+
+    name: str
+    label_schemes: Mapping[str, tuple[str, ...]]
+    positive_label: str
+    default_thresholds: Mapping[str, float]
+
+    def labels(self, label_scheme: str = "binary") -> tuple[str, ...]:
+        """The label names of ``label_scheme`` in logit-column order; names the schemes this task has."""
+        if label_scheme not in self.label_schemes:
+            raise ValueError(f"task {self.name!r} has no label_scheme {label_scheme!r}: choose one of {sorted(self.label_schemes)}")
+        return self.label_schemes[label_scheme]
+
+    def id2label(self, label_scheme: str = "binary") -> dict[int, str]:
+        return dict(enumerate(self.labels(label_scheme)))
+
+    def positive_index(self, label_scheme: str = "binary") -> int:
+        return self.labels(label_scheme).index(self.positive_label)
+
+
+SUFFICIENCY = TaskSpec("sufficiency", MappingProxyType({"binary": (INSUFFICIENT, SUFFICIENT), "three_level": (INSUFFICIENT, PARTIAL, SUFFICIENT)}),
+                       SUFFICIENT, MappingProxyType({SUFFICIENT: 0.8, PARTIAL: 0.5}))
+RETRIEVAL_GATE = TaskSpec("retrieval_gate", MappingProxyType({"binary": (RETRIEVE, SKIP)}), SKIP, MappingProxyType({SKIP_THRESHOLD: 0.5}))
+TASK_SPECS: Mapping[str, TaskSpec] = MappingProxyType({t.name: t for t in (SUFFICIENCY, RETRIEVAL_GATE)})
+TASKS = tuple(TASK_SPECS)
+DEFAULT_THRESHOLDS: Mapping[str, Mapping[str, float]] = MappingProxyType({t.name: t.default_thresholds for t in TASK_SPECS.values()})
 
 
 class BundleError(ValueError):
@@ -88,6 +133,95 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
                 break
             h.update(block)
     return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class VariantCheck:
+    """Export's verdict on an int8 variant checked on its own (the OpenVINO int8 model, and that model
+    run with OpenVINO's bf16 hint): ``passed``, ``refused`` (why not, when it did not pass), the rule's
+    ``numbers`` (items, largest logit difference, agreement, score change, the quantisation recipe),
+    and ``bf16_hint``, the verdict on the bf16-hint run (None: not checked, or an older bundle).
+
+    >>> VariantCheck.from_dict({"passed": True, "items": 40, "bf16_hint": {"passed": False, "refused": "no bf16"}}).bf16_hint.refused
+    'no bf16'
+    """
+
+    passed: bool = False
+    refused: str | None = None
+    numbers: Mapping[str, Any] = field(default_factory=dict)
+    bf16_hint: "VariantCheck | None" = None
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "parity") -> "VariantCheck | None":
+        if data is None:
+            return None
+        if not isinstance(data, Mapping):
+            raise ManifestError(f"{where} must be a JSON object or null, got {data!r}: re-export the bundle with `suffice export`")
+        rest = {k: v for k, v in data.items() if k not in ("passed", "refused", "bf16_hint")}
+        return cls(passed=data.get("passed") is True, refused=data.get("refused"), numbers=rest,
+                   bf16_hint=cls.from_dict(data.get("bf16_hint"), f"{where}.bf16_hint"))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The manifest's layout: the numbers, ``passed``, then ``refused`` / ``bf16_hint`` where there are any."""
+        out: dict[str, Any] = {**self.numbers, "passed": self.passed}
+        if self.refused is not None:
+            out["refused"] = self.refused
+        if self.bf16_hint is not None:
+            out["bf16_hint"] = self.bf16_hint.to_dict()
+        return out
+
+
+@dataclass(frozen=True)
+class ParityReport:
+    """What export's parity step measured (the manifest's ``parity``; see :mod:`suffice.training.export.parity`).
+
+    fp32_vs_torch_max_abs_diff / fp32_vs_torch_items: the fp32 ONNX graph against PyTorch.
+    graph_optimization / quantization: how the fp32 graph was optimised and the ONNX Runtime int8 one made.
+    int8: the ONNX Runtime int8 rule's numbers against fp32 (the manifest's ``int8_*`` keys, without the prefix).
+    openvino_int8: the OpenVINO int8 model's :class:`VariantCheck` (None: not made).
+    other: keys this version does not know (a benchmark's notes), kept as they were.
+    The JSON layout is the flat one every bundle has had, so older bundles load unchanged.
+
+    >>> r = ParityReport.from_dict({"fp32_vs_torch_max_abs_diff": 1e-6, "int8_agreement": 1.0, "openvino_int8": {"passed": True}})
+    >>> r.int8["agreement"], r.openvino_int8.passed, r.openvino_int8_bf16_passed, r.to_dict()["int8_agreement"]
+    (1.0, True, False, 1.0)
+    """
+
+    fp32_vs_torch_max_abs_diff: float | None = None
+    fp32_vs_torch_items: int | None = None
+    graph_optimization: str | None = None
+    quantization: str | None = None
+    int8: Mapping[str, Any] = field(default_factory=dict)
+    openvino_int8: VariantCheck | None = None
+    other: Mapping[str, Any] = field(default_factory=dict)
+
+    SCALARS = ("fp32_vs_torch_max_abs_diff", "fp32_vs_torch_items", "graph_optimization", "quantization")
+
+    @property
+    def openvino_int8_bf16_passed(self) -> bool:
+        """Whether export's int8 rule passed the OpenVINO int8 model with the bf16 hint: only then does serving try
+        ``openvino-int8-bf16`` (the parity probe serving checks at load has no labels, so it cannot see a metric drop)."""
+        ov = self.openvino_int8
+        return ov is not None and ov.bf16_hint is not None and ov.bf16_hint.passed
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "parity") -> "ParityReport":
+        if not isinstance(data, Mapping):
+            raise ManifestError(f"{where} must be a JSON object, got {data!r}: re-export the bundle with `suffice export`")
+        int8 = {k[len("int8_"):]: v for k, v in data.items() if k.startswith("int8_")}
+        other = {k: v for k, v in data.items() if k not in (*cls.SCALARS, "openvino_int8") and not k.startswith("int8_")}
+        return cls(**{k: data[k] for k in cls.SCALARS if k in data}, int8=int8,
+                   openvino_int8=VariantCheck.from_dict(data.get("openvino_int8"), f"{where}.openvino_int8"),
+                   other=other)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The manifest's flat layout (``int8_*`` keys, ``openvino_int8`` an object); empty fields left out."""
+        out: dict[str, Any] = {k: getattr(self, k) for k in self.SCALARS if getattr(self, k) is not None}
+        out.update({f"int8_{k}": v for k, v in self.int8.items()})
+        if self.openvino_int8 is not None:
+            out["openvino_int8"] = self.openvino_int8.to_dict()
+        out.update(self.other)
+        return out
 
 
 @dataclass(frozen=True)
@@ -133,7 +267,7 @@ class BundleManifest:
     registered_model: str | None = None
     model_version: str | None = None
     created_at: str | None = None
-    parity: Mapping[str, Any] = field(default_factory=dict)
+    parity: ParityReport = field(default_factory=ParityReport)
     metrics: Mapping[str, Any] = field(default_factory=dict)
     calibration: Mapping[str, Any] | None = None
     field_digests: Mapping[str, str] | None = None
@@ -144,6 +278,8 @@ class BundleManifest:
                 f"manifest schema_version {self.schema_version!r} is not supported (this suffice reads "
                 f"version {SCHEMA_VERSION}): re-export the model with this version of `suffice export`"
             )
+        if not isinstance(self.parity, ParityReport):
+            raise ManifestError(f"parity must be a ParityReport, got {type(self.parity).__name__}: build it with ParityReport.from_dict")
         if self.task not in TASKS:
             raise ManifestError(f"unknown task {self.task!r}: expected one of {list(TASKS)}")
         if not self.id2label or sorted(self.id2label) != list(range(len(self.id2label))):
@@ -203,6 +339,7 @@ class BundleManifest:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        d["parity"] = self.parity.to_dict()
         d["id2label"] = {str(k): v for k, v in self.id2label.items()}
         d["thresholds"] = dict(self.thresholds)
         d["files"] = dict(self.files)
@@ -234,6 +371,8 @@ class BundleManifest:
         for key in ("thresholds", "files", "parity", "metrics", "calibration", "field_digests"):
             if key in d and not isinstance(d[key], Mapping) and not (key in ("calibration", "field_digests") and d[key] is None):
                 raise ManifestError(f"{where}: {key} must be a JSON object, got {d[key]!r}")
+        if "parity" in d:
+            d["parity"] = ParityReport.from_dict(d["parity"], where=f"{where}: parity")
         try:
             return cls(**d)
         except ManifestError as e:

@@ -181,6 +181,20 @@ def _set_dotted(d: dict[str, Any], dotted: str, value: Any) -> None:
     cur[parts[-1]] = value
 
 
+def is_override(arg: str) -> bool:
+    """Whether ``arg`` has the ``--key=value`` shape of a config override."""
+    return arg.startswith("--") and "=" in arg
+
+
+def not_overrides(args: Sequence[str]) -> list[str]:
+    """The arguments that are not ``--key=value`` overrides: what a command reports as unexpected.
+
+    >>> not_overrides(["--lr=1e-4", "train.jsonl", "--resume"])
+    ['train.jsonl', '--resume']
+    """
+    return [a for a in args if not is_override(a)]
+
+
 def parse_overrides(overrides: Sequence[str]) -> dict[str, Any]:
     """``["--lr=1e-4", "--lora.r=8"]`` -> ``{"lr": "1e-4", "lora": {"r": "8"}}`` (values typed later).
 
@@ -189,7 +203,7 @@ def parse_overrides(overrides: Sequence[str]) -> dict[str, Any]:
     """
     out: dict[str, Any] = {}
     for raw in overrides:
-        if not raw.startswith("--") or "=" not in raw:
+        if not is_override(raw):
             raise ConfigError(f"override {raw!r} must look like --key=value (for example --learning_rate=2e-4)")
         key, value = raw[2:].split("=", 1)
         if not key:

@@ -84,10 +84,19 @@ def parse_cpuinfo(text: str) -> tuple[str, set[str]]:
     return model, flags
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the OS has one, else every core).
+
+    >>> usable_cores() >= 1
+    True
+    """
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 @lru_cache(maxsize=1)
 def detect() -> CpuInfo:
     """This machine's :class:`CpuInfo` (Linux reads /proc/cpuinfo; elsewhere the ISA class is ``baseline``)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = usable_cores()
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
             model, flags = parse_cpuinfo(f.read())

@@ -71,16 +71,6 @@ class RuntimeConfig:
             raise ValueError(f"max_batch_tokens={self.max_batch_tokens!r} must be a positive integer")
 
 
-def openvino_int8_bf16_passed(manifest: BundleManifest) -> bool:
-    """Whether export's int8 rule passed the OpenVINO int8 IR with the bf16 hint (``parity.openvino_int8.bf16_hint``).
-
-    Only then is ``openvino-int8-bf16`` tried: the parity probe has no labels, and the bf16 hint can keep
-    the probe's scores while costing macro-F1 (benchmarks/results/2026-11-28/int8-export.md).
-    """
-    record = (manifest.parity or {}).get("openvino_int8") or {}
-    return isinstance(record, dict) and isinstance(record.get("bf16_hint"), dict) and record["bf16_hint"].get("passed") is True
-
-
 class OnnxClassifier:
     """A loaded bundle: manifest, tokenizer, packer and the engine of the chosen variant.
 
@@ -118,7 +108,7 @@ class OnnxClassifier:
         candidates = rank_variants(manifest.model_file, manifest.int8_model_file, self.cpu, backend=self.config.backend,
                                    precision=self.config.precision, openvino=has_openvino,
                                    openvino_int8_model_file=manifest.openvino_int8_model_file,
-                                   openvino_int8_bf16=openvino_int8_bf16_passed(manifest))
+                                   openvino_int8_bf16=manifest.parity.openvino_int8_bf16_passed)
         self.notes: list[str] = []
         if self.config.backend == "auto" and not has_openvino and self.cpu.bf16:
             self.notes.append(f"OpenVINO is not installed: its bf16 variant is skipped on this {self.cpu.isa_class} CPU with bf16 units "

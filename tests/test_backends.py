@@ -185,9 +185,8 @@ def test_openvino_bf16_on_a_bf16_cpu_is_probe_checked(bundles, openvino):
     # a variant runs when it reproduces the probe; otherwise it is skipped with the numbers and the next one runs
     tried = [r["variant"] for r in d["rejected_variants"]] + [s.variant]
     from suffice.serving.bundle import read_manifest
-    from suffice.serving.runtime import openvino_int8_bf16_passed
 
-    hinted = openvino_int8_bf16_passed(read_manifest(bundles[0]))
+    hinted = read_manifest(bundles[0]).parity.openvino_int8_bf16_passed
     order = [v for v in ("openvino-int8-bf16", "openvino-int8", "openvino-bf16", "openvino-fp32")
              if (v != "openvino-int8" or _has_ov_int8(bundles[0])) and (v != "openvino-int8-bf16" or hinted)]
     assert tried == order[: len(tried)] and d["probe"]["ok"]

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from suffice.serving.config import ConfigError
 from suffice.training.fit.config import build_train_config
-from suffice.training.fit.pairs import GroupRankingLoss, aux_losses_for, group_units, ranking_loss
+from suffice.training.fit.pairs import GroupRankingLoss, features_for, group_units, ranking_loss
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE = REPO / "tests" / "fixtures" / "train20.jsonl"
@@ -79,8 +79,10 @@ def test_pair_and_group_losses_share_one_ranking():
 
 def test_config_checks():
     cfg = build_train_config(REPO / "configs" / "sufficiency.yaml", ["--contrast.unit_size=4", "--contrast.loss_weight=0.5"])
-    assert [type(a).__name__ for a in aux_losses_for(cfg)] == ["GroupRankingLoss"]
-    assert aux_losses_for(build_train_config(REPO / "configs" / "sufficiency.yaml", ["--contrast.unit_size=4"])) == []
+    assert [(type(f).__name__, type(f.ranking).__name__) for f in features_for(cfg)] == [("PassageContrast", "GroupRankingLoss")]
+    units_only = features_for(build_train_config(REPO / "configs" / "sufficiency.yaml", ["--contrast.unit_size=4"]))
+    assert [(type(f).__name__, f.ranking, f.columns) for f in units_only] == [("PassageContrast", None, ())]
+    assert features_for(build_train_config(REPO / "configs" / "sufficiency.yaml", [])) == []
     bad = {
         "--contrast.unit_size=1": "must be 0 \\(off\\) or >= 2",
         "--contrast.loss_weight=0.5": "needs contrast.unit_size >= 2",
@@ -117,9 +119,9 @@ def test_tiny_run_keeps_units_in_one_batch_and_adds_the_loss(tiny_bert, tmp_path
     seen = []
     original = loop.batch_loss
 
-    def spy(model, batch, weight_t, aux_losses=()):
-        seen.append((batch["unit"].tolist(), batch["labels"].tolist(), [type(a).__name__ for a in aux_losses]))
-        return original(model, batch, weight_t, aux_losses)
+    def spy(model, batch, weight_t, features=()):
+        seen.append((batch["unit"].tolist(), batch["labels"].tolist(), [type(f).__name__ for f in features]))
+        return original(model, batch, weight_t, features)
 
     monkeypatch.setattr(loop, "batch_loss", spy)
     cfg = build_train_config(None, [
@@ -130,7 +132,7 @@ def test_tiny_run_keeps_units_in_one_batch_and_adds_the_loss(tiny_bert, tmp_path
     ])
     run(cfg)
     assert "contrast:" in capsys.readouterr().out
-    assert seen and all(names == ["GroupRankingLoss"] for _, _, names in seen)
+    assert seen and all(names == ["PassageContrast"] for _, _, names in seen)
     whole = [u for units, _, _ in seen for u in set(units) if u >= 0 and units.count(u) == 2]
     assert whole, seen  # units of two travel together
     for units, _, _ in seen:

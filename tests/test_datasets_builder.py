@@ -12,7 +12,8 @@ import pytest
 
 from suffice.serving.config import ConfigError, build_config
 from suffice.training.data.cli import main as data_main
-from suffice.training.data.builder import COLUMNS, DataConfig, build, cohen_kappa, load_prepared, prepare
+from suffice.training.data.builder import COLUMNS, DataConfig, build, load_prepared, prepare
+from suffice.training.data.labels import cohen_kappa
 from suffice.training.data.loaders import sha256_file
 from suffice.training.paths import prepared_dir
 

@@ -33,9 +33,9 @@ def test_bundle_is_self_describing(exported):
     assert m.temperature == 1.5 and m.max_length == 128 and m.long_context_strategy == "select"
     assert m.thresholds == {"sufficient": 0.8, "partial": 0.5}
     assert all(sha256_file(bundle / f) == h for f, h in m.files.items())
-    assert m.parity["fp32_vs_torch_max_abs_diff"] <= 1e-4
-    assert m.parity["int8_confident_agreement"] >= 0.99 and m.parity["int8_mean_abs_score_change"] <= 0.01
-    assert 0 <= m.parity["int8_agreement"] <= 1 and "int8_rule" in m.parity
+    assert m.parity.fp32_vs_torch_max_abs_diff <= 1e-4
+    assert m.parity.int8["confident_agreement"] >= 0.99 and m.parity.int8["mean_abs_score_change"] <= 0.01
+    assert 0 <= m.parity.int8["agreement"] <= 1 and "rule" in m.parity.int8
     assert not [p for p in bundle.parent.iterdir() if p.name.startswith(".suffice-export-")]
 
 
@@ -58,9 +58,9 @@ def test_openvino_int8_is_made_checked_by_the_int8_rule_and_loaded(exported):
 
     model_dir, bundle = exported
     m = read_manifest(bundle)
-    ov = m.parity["openvino_int8"]
-    assert ov["passed"] and ov["mean_abs_score_change"] <= 0.01 and ov["confident_agreement"] >= 0.99, ov
-    assert "nncf" in ov["quantization"] and "preset mixed" in ov["quantization"] and ov["items"] == 40
+    ov = m.parity.openvino_int8
+    assert ov.passed and ov.numbers["mean_abs_score_change"] <= 0.01 and ov.numbers["confident_agreement"] >= 0.99, ov
+    assert "nncf" in ov.numbers["quantization"] and "preset mixed" in ov.numbers["quantization"] and ov.numbers["items"] == 40
     assert m.openvino_int8_model_file == "model.int8.xml" and {"model.int8.xml", "model.int8.bin"} <= set(m.files)
     pairs = [(q, p) for q, p, _ in ITEMS]
     s = SufficiencyScorer.load(bundle, ScorerConfig(backend="openvino", precision="int8"))
@@ -81,7 +81,7 @@ def test_refused_openvino_int8_is_left_out_with_the_reason(exported, tmp_path, m
     b = export_bundle(model_dir, tmp_path / "b", validation_items(10))
     m = read_manifest(b)
     assert m.openvino_int8_model_file is None and not (b / "model.int8.xml").exists() and not (b / "model.int8.bin").exists()
-    assert m.parity["openvino_int8"]["refused"] == "int8_score_shift: moved by 0.02" and "nncf" in m.parity["openvino_int8"]["quantization"]
+    assert m.parity.openvino_int8.refused == "int8_score_shift: moved by 0.02" and "nncf" in m.parity.openvino_int8.numbers["quantization"]
     assert "model.int8.bin" not in m.files and m.int8_model_file == "model.int8.onnx"
 
 

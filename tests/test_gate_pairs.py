@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from suffice.serving.config import ConfigError
 from suffice.training.fit.config import build_train_config
 from suffice.training.fit.encode import LengthGroupedSampler, partner_rows
-from suffice.training.fit.pairs import PairRankingLoss, aux_losses_for
+from suffice.training.fit.pairs import PairRankingLoss, features_for
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -91,8 +91,12 @@ def _gate_files(tmp_path: Path) -> tuple[Path, Path]:
 
 def test_config_checks_and_which_losses_run(tmp_path):
     cfg = build_train_config(REPO / "configs" / "retrieval-gate.yaml", ["--gate.pair_loss_weight=0.5"])
-    assert cfg.gate.pair_batches and [type(a).__name__ for a in aux_losses_for(cfg)] == ["PairRankingLoss"]
-    assert aux_losses_for(build_train_config(REPO / "configs" / "retrieval-gate.yaml", ["--gate.pair_loss_weight=0"])) == []
+    assert cfg.gate.pair_batches and [(type(f).__name__, type(f.ranking).__name__) for f in features_for(cfg)] == [
+        ("GatePairs", "PairRankingLoss")]
+    batches_only = features_for(build_train_config(REPO / "configs" / "retrieval-gate.yaml", ["--gate.pair_loss_weight=0"]))
+    assert [(type(f).__name__, f.ranking, f.columns) for f in batches_only] == [("GatePairs", None, ())]
+    assert features_for(build_train_config(REPO / "configs" / "retrieval-gate.yaml", ["--gate.pair_loss_weight=0",
+                                                                                      "--gate.pair_batches=false"])) == []
     with pytest.raises(ConfigError, match="needs gate.pair_batches=true"):
         build_train_config(REPO / "configs" / "retrieval-gate.yaml", ["--gate.pair_loss_weight=0.5", "--gate.pair_batches=false"])
     with pytest.raises(ConfigError, match="must be >= 0"):
@@ -109,9 +113,9 @@ def test_tiny_gate_trains_with_pairs_together_and_the_ranking_loss(tiny_bert, tm
     seen = []
     original = loop.batch_loss
 
-    def spy(model, batch, weight_t, aux_losses=()):
-        seen.append((batch["row"].tolist(), batch["partner"].tolist(), [type(a).__name__ for a in aux_losses]))
-        return original(model, batch, weight_t, aux_losses)
+    def spy(model, batch, weight_t, features=()):
+        seen.append((batch["row"].tolist(), batch["partner"].tolist(), [type(f).__name__ for f in features]))
+        return original(model, batch, weight_t, features)
 
     monkeypatch.setattr(loop, "batch_loss", spy)
     cfg = build_train_config(REPO / "configs" / "retrieval-gate.yaml", [
@@ -121,7 +125,7 @@ def test_tiny_gate_trains_with_pairs_together_and_the_ranking_loss(tiny_bert, tm
         "--torch_threads=1", "--tracking.enabled=false", "--evaluate_test=false", "--baselines=[]", "--early_stopping_patience=0",
     ])
     run(cfg)
-    assert seen and all(names == ["PairRankingLoss"] for _, _, names in seen)
+    assert seen and all(names == ["GatePairs"] for _, _, names in seen)
     complete = 0
     for rows, partners, _ in seen:
         for p in partners:

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from suffice.serving.calibration import softmax
+from suffice.serving.jsonl import json_safe
 from suffice.training.fit.calibration import fit_temperature, nll, threshold_for_precision
 from suffice.training.evaluation.metrics import (
     classification_metrics,
@@ -16,7 +17,6 @@ from suffice.training.evaluation.metrics import (
     expected_calibration_error,
     flat_metrics,
     format_table,
-    json_safe,
     per_source_metrics,
     plot_confusion_matrix,
     plot_precision_recall,

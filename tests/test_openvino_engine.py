@@ -115,7 +115,7 @@ def test_export_records_the_bf16_hint_verdict(bundle):
     from suffice.serving.bundle import read_manifest
     from suffice.serving.cpu import detect
 
-    ov_parity = read_manifest(bundle).parity["openvino_int8"]
+    ov_parity = read_manifest(bundle).parity.openvino_int8.to_dict()
     if not ov_parity.get("passed"):
         pytest.skip(f"no OpenVINO int8 model in this bundle: {ov_parity.get('refused')}")
     hint = ov_parity["bf16_hint"]

@@ -116,6 +116,7 @@ def test_stage0_then_sufficiency_and_gate_from_its_directory(tiny_bert, tmp_path
     from tests.test_train import tiny_config
 
     from suffice.training.fit.config import build_train_config
+    from suffice.training.fit.config import LoraSettings
     from suffice.training.fit.model import build_model
     from suffice.training.fit.run import run
 
@@ -129,9 +130,9 @@ def test_stage0_then_sufficiency_and_gate_from_its_directory(tiny_bert, tmp_path
     assert meta["task"] == "sufficiency" and (stage0 / "model.safetensors").is_file()
 
     # the next stage keeps the stage-0 head (same two labels): LoRA goes onto the merged stage-0 weights
-    saved = build_model(stage0, num_labels=2, id2label={0: "insufficient", 1: "sufficient"}, finetune="full")
-    fresh = build_model(tiny_bert, num_labels=2, id2label={0: "insufficient", 1: "sufficient"}, finetune="full")
-    again = build_model(stage0, num_labels=2, id2label={0: "RETRIEVE", 1: "SKIP"}, finetune="lora", lora_r=4, lora_alpha=8)
+    saved = build_model(stage0, id2label={0: "insufficient", 1: "sufficient"}, finetune="full")
+    fresh = build_model(tiny_bert, id2label={0: "insufficient", 1: "sufficient"}, finetune="full")
+    again = build_model(stage0, id2label={0: "RETRIEVE", 1: "SKIP"}, finetune="lora", lora=LoraSettings(r=4, alpha=8))
     w = saved.classifier.weight
     assert not torch.equal(w, fresh.classifier.weight)
     assert torch.equal(w, again.base_model.model.classifier.modules_to_save["default"].weight)

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from suffice.training.fit.soup import SoupError, average, greedy_soup, main, soup
+from suffice.training.fit.soup import SoupError, SoupRecipe, average, greedy_soup, main, soup
 from suffice.training.fit.run import run
 
 from test_train import tiny_config
@@ -73,7 +73,7 @@ def test_uniform_soup_is_the_mean_of_its_ingredients_and_is_tracked_and_register
     from suffice.training.fit.model import load_model_dir
 
     out = tmp_path / "soup"
-    summary = soup([str(ingredients / "a"), str(ingredients / "b")], out, method="uniform", overrides=["--tracking.enabled=true"])
+    summary = soup([str(ingredients / "a"), str(ingredients / "b")], out, SoupRecipe("uniform"), overrides=["--tracking.enabled=true"])
     wa, wb, ws = _weights(ingredients / "a"), _weights(ingredients / "b"), _weights(out)
     for k in ("classifier.weight", "bert.encoder.layer.0.attention.self.query.weight"):
         assert torch.allclose(ws[k], (wa[k] + wb[k]) / 2, atol=1e-6), k
@@ -104,7 +104,7 @@ def test_greedy_soup_records_its_ingredients_scores_and_trace(ingredients, tmp_p
 
     monkeypatch.setattr(soup_mod, "better_or_equal", lambda metric, value, best: True)  # every average "helps"
     out = tmp_path / "greedy"
-    summary = soup([str(ingredients / "a"), str(ingredients / "b")], out, metric="auroc", overrides=["--tracking.enabled=false"])
+    summary = soup([str(ingredients / "a"), str(ingredients / "b")], out, SoupRecipe(metric="auroc"), overrides=["--tracking.enabled=false"])
     meta = json.loads((out / "suffice_model.json").read_text())
     assert meta["soup"]["method"] == "greedy" and meta["soup"]["metric"] == "auroc"
     assert [i["kept"] for i in meta["soup"]["ingredients"]] == [True, True]
@@ -131,7 +131,7 @@ def test_soup_exports_a_bundle(ingredients, tmp_path):
     from suffice.serving.bundle import read_manifest
 
     out = tmp_path / "exported"
-    summary = soup([str(ingredients / "a"), str(ingredients / "b")], out, method="uniform",
+    summary = soup([str(ingredients / "a"), str(ingredients / "b")], out, SoupRecipe("uniform"),
                    overrides=["--tracking.enabled=false", "--export=true"])
     assert summary["bundle"] and read_manifest(Path(summary["bundle"])).task == "sufficiency"
 
@@ -151,9 +151,9 @@ def test_ingredients_that_cannot_be_averaged_are_refused_with_the_reason(ingredi
     with pytest.raises(SoupError, match="--overwrite"):
         soup([a, b], tmp_path / "full")
     with pytest.raises(SoupError, match="--method"):
-        soup([a, b], tmp_path / "x", method="mean")
+        soup([a, b], tmp_path / "x", SoupRecipe("mean"))
     with pytest.raises(SoupError, match="--metric"):
-        soup([a, b], tmp_path / "x", metric="f2")
+        soup([a, b], tmp_path / "x", SoupRecipe(metric="f2"))
     shallow = tmp_path / "shallow"
     run(tiny_config(tiny_bert_dir, shallow, "--num_train_epochs=1", "--tracking.enabled=false", "--baselines=[]",
                     "--encoder_layers=1", "--evaluate_test=false"))

@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 from llm_server import FakeLLMServer, Reply, messages_text
 
-from suffice.training.synth.cli import SynthConfig, load_corpus, main, make_seeds, normalize_question
+from suffice.training.synth.cli import main
+from suffice.training.synth.config import SynthConfig
+from suffice.training.synth.corpus import load_corpus, make_seeds, normalize_question
 from suffice.training.synth.prompt import SINGLE_KINDS, UNANSWERABLE_KINDS, GenerationPrompt, split_counts
 from suffice.training.synth.questions import GenerationParseError, extract_questions, validate_question
 from store_support import store_rows

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from suffice.training.fit.features import TrainingFeature
 from suffice.training.fit.run import run
 from suffice.training.fit.config import build_train_config
 
@@ -301,7 +302,7 @@ def test_refused_int8_still_ships_the_checked_fp32_bundle(tiny_bert, tmp_path, m
     assert summary["bundle"] == str(out / "bundle")
     assert sorted(p.name for p in (out / "bundle").iterdir()) == ["model.onnx", "probe.npz", "suffice.json", "tokenizer.json"]
     m = read_manifest(out / "bundle")
-    assert m.parity["quantization"] is None and m.parity["fp32_vs_torch_max_abs_diff"] <= 1e-4
+    assert m.parity.quantization is None and m.parity.fp32_vs_torch_max_abs_diff <= 1e-4
     assert "int8 refused" in capsys.readouterr().err
 
 @pytest.mark.slow
@@ -335,21 +336,21 @@ def test_answer_span_weight_is_gone():
         build_train_config(None, [f"--train_file={FIXTURE}", "--answer_span_weight=0.5"])
 
 
-def test_auxiliary_loss_gets_its_columns_and_joins_the_loss(tiny_bert, tmp_path):
-    """An auxiliary loss (the hook for optional training features) sees the columns it declares in
+def test_feature_loss_gets_its_columns_and_joins_the_loss(tiny_bert, tmp_path):
+    """A training feature's loss (the hook for optional training features) sees the columns it declares in
     every train batch, and what it returns is added to the classification loss."""
     calls = []
 
-    class LengthPenalty:
+    class LengthPenalty(TrainingFeature):
         columns = ("length",)
         output_hidden_states = True
 
-        def __call__(self, outputs, batch):
+        def loss(self, outputs, batch):
             calls.append((tuple(batch["length"].shape), len(outputs.hidden_states)))
             return 0.0 * outputs.logits.sum()
 
     cfg = tiny_config(tiny_bert, tmp_path / "m", "--tracking.enabled=false", "--evaluate_test=false", "--num_train_epochs=1")
-    run(cfg, aux_losses=[LengthPenalty()])
+    run(cfg, features=[LengthPenalty()])
     assert calls and all(shape[0] >= 1 and n_hidden >= 2 for shape, n_hidden in calls)
 
 
@@ -361,12 +362,12 @@ def test_encoder_layers_keeps_the_lowest_layers(tiny_bert, tmp_path):
     from suffice.training.fit.model import build_model
 
     base = load_file(str(tiny_bert / "model.safetensors"))
-    m = build_model(tiny_bert, num_labels=2, id2label={0: "no", 1: "yes"}, finetune="full", encoder_layers=1)
+    m = build_model(tiny_bert, id2label={0: "no", 1: "yes"}, finetune="full", encoder_layers=1)
     assert m.config.num_hidden_layers == 1 and len(m.bert.encoder.layer) == 1
     key = next(k for k in base if "encoder.layer.0.attention.self.query.weight" in k)
     assert np.allclose(m.state_dict()["bert.encoder.layer.0.attention.self.query.weight"].numpy(), base[key].numpy())
     with pytest.raises(ValueError, match="encoder_layers=9"):
-        build_model(tiny_bert, num_labels=2, id2label={0: "no", 1: "yes"}, encoder_layers=9)
+        build_model(tiny_bert, id2label={0: "no", 1: "yes"}, encoder_layers=9)
     run(tiny_config(tiny_bert, tmp_path / "m", "--encoder_layers=1", "--tracking.enabled=false", "--evaluate_test=false",
                     "--num_train_epochs=1"))
     assert AutoConfig.from_pretrained(tmp_path / "m").num_hidden_layers == 1

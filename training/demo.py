@@ -31,6 +31,7 @@ import sys
 import time
 from pathlib import Path
 
+from suffice.serving.config import not_overrides
 from suffice.serving.bundle import MANIFEST_NAME
 from suffice.training.paths import REPO_ROOT
 
@@ -97,7 +98,7 @@ def launch(config: str, overrides: list[str], env: dict[str, str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args, overrides = _parser().parse_known_args(argv)
-    bad = [o for o in overrides if not (o.startswith("--") and "=" in o)]
+    bad = not_overrides(overrides)
     if bad:
         print(f"suffice demo: unexpected argument(s) {bad}: training overrides look like --key=value", file=sys.stderr)
         return 2

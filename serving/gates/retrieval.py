@@ -24,10 +24,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from suffice.serving.bundle import RETRIEVE, SKIP
 from suffice.serving.cpu import CpuInfo
 from suffice.serving.runtime import OnnxClassifier, RuntimeConfig
-
-RETRIEVE, SKIP = "RETRIEVE", "SKIP"
 
 
 def turns_as_passages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from suffice.training.autorater.labeling_config import DEFAULT_CONFIG, RATERS, LabelingConfig
-from suffice.serving.config import ConfigError, build_config
+from suffice.serving.config import ConfigError, build_config, not_overrides
 from suffice.serving.bundle import LEVELS
 from suffice.training.data.schema import DataFormatError
 
@@ -107,7 +107,7 @@ def setup_logging(verbose: bool) -> None:
 
 
 def _overrides(args: argparse.Namespace, rest: list[str]) -> list[str]:
-    bad = [a for a in rest if not (a.startswith("--") and "=" in a)]
+    bad = not_overrides(rest)
     if bad:
         raise ConfigError(f"unexpected argument(s) {bad}: options are listed by --help, config overrides look like --key=value")
     out = list(rest)

@@ -26,6 +26,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Sequence
 
+from suffice.serving.bundle import LEVELS
 from suffice.training.autorater.raters import Rater, RaterFatalError, Rating
 from suffice.training.autorater.store import LabelRecord, LabelStore
 from suffice.training.data.schema import Item
@@ -127,7 +128,7 @@ class Accounting:
         n_lab = sum(self.labels.values())
         dist = ", ".join(f"{k}: {v} ({v / n_lab:.1%})" for k, v in sorted(self.labels.items(), reverse=True)) if n_lab else "none"
         if self.levels:
-            dist += " | " + ", ".join(f"{k} {self.levels[k]}" for k in ("sufficient", "partial", "insufficient") if k in self.levels)
+            dist += " | " + ", ".join(f"{k} {self.levels[k]}" for k in LEVELS if k in self.levels)
         est = f" (tokens estimated for {self.usage_estimated} replies without usage)" if self.usage_estimated else ""
         lines = [
             f"labelling with {self.rater_id} (prompt {self.prompt_version}) "

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from suffice.serving.config import ConfigError, build_config
+from suffice.serving.config import ConfigError, build_config, not_overrides
 from suffice.training.paths import REPO_ROOT
 from suffice.training.data.schema import SPLITS, DataFormatError
 
@@ -109,7 +109,7 @@ def main(argv: list[str]) -> int:
     0
     """
     args, rest = _parser().parse_known_args(argv)
-    bad = [a for a in rest if not (a.startswith("--") and "=" in a)]
+    bad = not_overrides(rest)
     if bad:
         print(f"suffice data: unexpected argument(s) {bad}: overrides look like --key=value", file=sys.stderr)
         return 2

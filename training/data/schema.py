@@ -14,7 +14,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from suffice.serving.bundle import LEVELS  # noqa: F401  (re-exported: the bundle names the levels)
 
 SYNTHETIC_SUFFIX = "-synthetic"  # a teacher-written set's source name: "<seed source>-synthetic"
 

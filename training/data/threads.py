@@ -26,11 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
 
+from suffice.serving.bundle import RETRIEVAL_GATE, SKIP
 from suffice.serving.gates.retrieval import thread_input
 from suffice.training.data.records import Record, iter_strict_records
 from suffice.training.data.splits import check_fractions, hash_split
 
-GATE_LABELS = ("RETRIEVE", "SKIP")
+GATE_LABELS = RETRIEVAL_GATE.labels("binary")  # (RETRIEVE, SKIP): the logit columns
 ROLES = ("system", "user", "assistant")
 
 
@@ -160,7 +161,7 @@ def conversation_group(thread: RetrievalThread) -> str:
 def gate_training_row(thread: RetrievalThread) -> dict[str, Any]:
     """One thread as the row training reads: (question, passages) as serving builds them
     (:func:`~suffice.serving.gates.retrieval.thread_input`), label 1 = SKIP, 0 = RETRIEVE, group = :func:`conversation_group`."""
-    label = 1 if thread.label == "SKIP" else 0
+    label = thread.label_id
     question, passages = thread_input(thread.messages)
     return {
         "id": thread.id, "question": question, "passages": passages,
@@ -212,7 +213,7 @@ def thread_item(record: Mapping[str, Any], path: str | Path | None = None, line:
     question, passages = thread_input(messages)
     item: dict[str, Any] = {"question": question, "passages": passages}
     if label is not None:
-        item["label"] = int(label == "SKIP")
+        item["label"] = int(label == SKIP)
     return item
 
 

@@ -4,5 +4,5 @@
 - :mod:`.report`        per-source report of a model and the baselines: tables, JSON, MLflow metrics, plots
 - :mod:`.metrics`       accuracy, macro-F1, AUROC, ECE, kappa, selective accuracy; plots
 - :mod:`.baselines`     keyword coverage, answer in context, TF-IDF + logistic regression
-- :mod:`.selective_fit` fit the selective-answering model (serving's :mod:`suffice.serving.selective`)
+- :mod:`.selective_fit` fit the selective-answering model (serving's :mod:`suffice.serving.gates.selective`)
 """

@@ -32,6 +32,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from suffice.serving.config import not_overrides
 from suffice.serving.bundle import DEFAULT_THRESHOLDS, MANIFEST_NAME
 from suffice.training.evaluation.report import full_report, render_report, report_json, report_metrics, save_plots
 
@@ -220,7 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args, overrides = build_parser().parse_known_args(argv)
-    bad = [o for o in overrides if not (o.startswith("--") and "=" in o)]
+    bad = not_overrides(overrides)
     if bad:
         print(f"suffice evaluate: unrecognised argument(s) {bad}: options are listed by --help; data overrides look like --key=value",
               file=sys.stderr)

@@ -20,7 +20,6 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from suffice.serving.jsonl import json_safe  # noqa: F401  (re-exported: benchmarks read it here)
 
 TABLE_COLUMNS = ("n", "accuracy", "macro_f1", "auroc", "ece", "kappa_autorater", "kappa_gold")
 

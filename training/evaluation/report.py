@@ -10,6 +10,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from suffice.serving.bundle import RETRIEVAL_GATE, SUFFICIENCY, TASK_SPECS
 from suffice.serving.jsonl import json_safe
 from suffice.training.evaluation.metrics import (
     flat_metrics,
@@ -22,7 +23,6 @@ from suffice.training.evaluation.metrics import (
     selective_accuracy,
 )
 
-BINARY_NAMES = {"sufficiency": ["insufficient", "sufficient"], "retrieval_gate": ["RETRIEVE", "SKIP"]}
 GOLD_READING = ("answer_in_context",)  # read the gold answers: a reference, not something a service can run
 
 
@@ -77,7 +77,7 @@ def full_report(probs: np.ndarray, test_ds, *, train_ds, id2label: Mapping[int, 
     from suffice.training.evaluation.baselines import run_baselines
 
     names = [id2label[i] for i in range(len(id2label))]
-    task = task or ("retrieval_gate" if "SKIP" in names else "sufficiency")
+    task = task or (RETRIEVAL_GATE.name if RETRIEVAL_GATE.positive_label in names else SUFFICIENCY.name)
     labels = np.asarray(test_ds["labels"])
     model_table = classification_report(probs, test_ds, label_names=names, positive_index=positive_index, ece_bins=ece_bins)
     pos_true = (labels == positive_index).astype(np.int64)
@@ -97,7 +97,7 @@ def full_report(probs: np.ndarray, test_ds, *, train_ds, id2label: Mapping[int, 
         )
         for name, r in runs.items():
             p2 = np.stack([1.0 - r.scores, r.scores], axis=1)
-            baseline_tables[name] = classification_report(p2, test_ds, label_names=BINARY_NAMES[task], positive_index=1,
+            baseline_tables[name] = classification_report(p2, test_ds, label_names=list(TASK_SPECS[task].labels("binary")), positive_index=1,
                                                           ece_bins=ece_bins, predictions=r.predictions, labels=pos_true)
             baseline_scores[name], baseline_preds[name], thresholds_used[name] = r.scores, r.predictions, r.threshold
     return {
@@ -156,7 +156,7 @@ def render_report(report: Mapping[str, Any]) -> str:
                                     f"{names[report['positive_index']]} ==  "
                                     + ", ".join(f"{k}={v:.3f}" for k, v in report["thresholds"].items())))
     for name, table in report["baselines"].items():
-        bcols = ["n", "accuracy", "macro_f1"] + [f"f1_{n}" for n in BINARY_NAMES[report["task"]]] + ["auroc", "ece", "kappa_autorater", "kappa_gold"]
+        bcols = ["n", "accuracy", "macro_f1"] + [f"f1_{n}" for n in TASK_SPECS[report["task"]].labels("binary")] + ["auroc", "ece", "kappa_autorater", "kappa_gold"]
         parts.append(format_table({f"{name} / {s}": m for s, m in table.items()}, bcols,
                                   title=f"== {report['split']}: baseline {name} (threshold {report['baseline_thresholds'][name]:.3f}) =="))
     for deployable, label in ((False, "the best baseline"), (True, "the best deployable baseline (not reading gold answers)")):

@@ -4,7 +4,7 @@ The steps, one public function each, in the order :func:`.bundle.export_bundle` 
 (like sentence-transformers' ``backend/`` folder):
 
     steps.read_model -> steps.merge -> steps.to_onnx -> steps.optimise -> steps.quantise -> steps.quantise_openvino
-    -> parity.check_parity -> manifest.write_manifest -> parity.check_roundtrip
+    -> parity.check_parity -> manifest.build_manifest -> parity.check_roundtrip
 
 - :mod:`.validation` the items parity is checked on; :mod:`.errors` ExportError, ParityError, ParityConfig
 - :mod:`.registry`   register a bundle in MLflow, resolve a registry URI, promote an alias

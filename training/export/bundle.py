@@ -6,6 +6,7 @@ PosixPath('bundles/x')
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -14,9 +15,9 @@ import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
-from suffice.serving.bundle import MODEL_FP32, MODEL_INT8, MODEL_OV_INT8, TOKENIZER
-from suffice.training.export.errors import ExportError, ParityConfig, ParityError  # noqa: F401  (ParityError: re-exported)
-from suffice.training.export.manifest import write_manifest
+from suffice.serving.bundle import MODEL_FP32, MODEL_INT8, MODEL_OV_INT8, TOKENIZER, ParityReport, VariantCheck, write_manifest
+from suffice.training.export.errors import ExportError, ParityConfig
+from suffice.training.export.manifest import build_manifest
 from suffice.training.export.parity import check_parity, check_roundtrip
 from suffice.training.export.steps import merge, optimise, quantise, read_model, to_onnx, write_probe
 from suffice.training.export.validation import PROBE_ITEMS, as_pair
@@ -77,33 +78,35 @@ def export_bundle(
         packed = [packer.pack(q, p) for q, p, _ in items]
         ov_file, ov_desc, ov_skipped = make_openvino_int8(bundle, packed, packer.pad_id, quantize if openvino_int8 is None else openvino_int8,
                                               required=openvino_int8 is True)
-        report, fp32_par = check_parity(merged, bundle, packed, packer.pad_id, [lab for _, _, lab in items], meta, pc,
-                                        quantized=quantize, graph_optimization=opt_desc, quantization=quant_desc, openvino_int8=ov_file)
+        measured, fp32_par = check_parity(merged, bundle, packed, packer.pad_id, [lab for _, _, lab in items], meta, pc,
+                                          quantized=quantize, graph_optimization=opt_desc, quantization=quant_desc, openvino_int8=ov_file)
+        report = ParityReport.from_dict(measured)
         if ov_skipped:
-            report["openvino_int8"] = {"passed": False, "refused": ov_skipped}
+            report = dataclasses.replace(report, openvino_int8=VariantCheck(passed=False, refused=ov_skipped))
         elif ov_file:
-            report["openvino_int8"]["quantization"] = ov_desc
-            if not report["openvino_int8"]["passed"]:
-                log.warning("OpenVINO int8 left out of the bundle: %s", report["openvino_int8"]["refused"])
+            ov = report.openvino_int8
+            report = dataclasses.replace(report, openvino_int8=dataclasses.replace(ov, numbers={**ov.numbers, "quantization": ov_desc}))
+            if not ov.passed:
+                log.warning("OpenVINO int8 left out of the bundle: %s", ov.refused)
                 for f in (bundle / ov_file, (bundle / ov_file).with_suffix(".bin")):
                     f.unlink()
                 ov_file = None
         probe_file = (write_probe(bundle, packed, fp32_par, meta, pc, packer.pad_id, probe_items,
                                   variants=shipped_int8_variants(quantize, ov_file, report)) if probe_items else None)
-        write_manifest(bundle, meta, report, quantized=quantize, probe_file=probe_file, registered_model=registered_model,
-                       model_version=model_version, openvino_int8_file=ov_file)
+        write_manifest(bundle, build_manifest(bundle, meta, report, quantized=quantize, probe_file=probe_file,
+                                              registered_model=registered_model, model_version=model_version, openvino_int8_file=ov_file))
         check_roundtrip(bundle, packed, fp32_par, pc)
 
         if out_dir.exists():
             shutil.rmtree(out_dir)
         os.replace(bundle, out_dir)
-        log.info("bundle written to %s: %s", out_dir, json.dumps(report))
+        log.info("bundle written to %s: %s", out_dir, json.dumps(report.to_dict()))
         return out_dir
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def shipped_int8_variants(quantized: bool, ov_file: str | None, report: dict[str, Any]) -> list[Any]:
+def shipped_int8_variants(quantized: bool, ov_file: str | None, report: ParityReport) -> list[Any]:
     """The int8 variants the bundle ships that export's rule passed: ONNX Runtime int8, OpenVINO int8 and,
     where its bf16-hint check passed, OpenVINO int8 with the bf16 hint (the probe records their scores)."""
     from suffice.serving.backends import ONNXRUNTIME, OPENVINO, Variant
@@ -111,7 +114,7 @@ def shipped_int8_variants(quantized: bool, ov_file: str | None, report: dict[str
     out = [Variant(ONNXRUNTIME, "int8", MODEL_INT8)] if quantized else []
     if ov_file:
         out.append(Variant(OPENVINO, "int8", ov_file))
-        if ((report.get("openvino_int8") or {}).get("bf16_hint") or {}).get("passed") is True:
+        if report.openvino_int8_bf16_passed:
             out.append(Variant(OPENVINO, "int8", ov_file, "bf16"))
     return out
 

@@ -5,20 +5,18 @@ from __future__ import annotations
 import datetime as _dt
 import os
 from pathlib import Path
-from typing import Any
 
-from suffice.serving.bundle import DEFAULT_THRESHOLDS, MODEL_INT8, BundleManifest
-from suffice.serving.bundle import write_manifest as write_bundle_manifest
-from suffice.serving.bundle import sha256_file
+from suffice.serving.bundle import DEFAULT_THRESHOLDS, MODEL_INT8, BundleManifest, ParityReport, sha256_file
 from suffice.training.fit.meta import ModelMeta
 
 
-def write_manifest(bundle: Path, meta: ModelMeta, parity: dict[str, Any], *, quantized: bool,
-                   probe_file: str | None = None, openvino_int8_file: str | None = None, registered_model: str | None = None, model_version: str | None = None) -> BundleManifest:
-    """Describe the files in ``bundle`` (checksums), the model (labels, window, calibration, thresholds) and its
-    parity report, and write ``suffice.json``.
+def build_manifest(bundle: Path, meta: ModelMeta, parity: ParityReport, *, quantized: bool,
+                   probe_file: str | None = None, openvino_int8_file: str | None = None, registered_model: str | None = None,
+                   model_version: str | None = None) -> BundleManifest:
+    """The manifest of ``bundle``: its files (checksums), the model (labels, window, calibration, thresholds)
+    and its parity report; :func:`suffice.serving.bundle.write_manifest` writes it as ``suffice.json``.
 
-    >>> write_manifest(Path("/tmp/work/bundle"), ModelMeta.read("models/demo"), {}, quantized=True)  # doctest: +SKIP
+    >>> build_manifest(Path("/tmp/work/bundle"), ModelMeta.read("models/demo"), ParityReport(), quantized=True)  # doctest: +SKIP
     """
     ml = meta.mlflow or {}
     files = {name: sha256_file(bundle / name) for name in sorted(os.listdir(bundle))}
@@ -26,7 +24,7 @@ def write_manifest(bundle: Path, meta: ModelMeta, parity: dict[str, Any], *, qua
     cal = meta.calibrator
     # temperature scaling keeps the manifest every older suffice reads; Platt adds its record (older readers refuse it)
     record = None if cal.method == "temperature" else {k: v for k, v in cal.to_record().items() if k != "temperature"}
-    manifest = BundleManifest(
+    return BundleManifest(
         task=meta.task, id2label=meta.labels, positive_label=str(meta.positive_label), max_length=int(meta.max_length),
         long_context_strategy=str(meta.long_context_strategy),
         temperature=float(cal.temperature), calibration=record,
@@ -38,5 +36,3 @@ def write_manifest(bundle: Path, meta: ModelMeta, parity: dict[str, Any], *, qua
         created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         parity=parity, metrics=dict(meta.metrics or {}),
     )
-    write_bundle_manifest(bundle, manifest)
-    return manifest

@@ -30,6 +30,7 @@ from typing import Literal, Sequence
 
 import numpy as np
 
+from suffice.serving.bundle import PARTIAL, SUFFICIENCY, SUFFICIENT
 from suffice.serving.calibration import Calibration, sigmoid
 from suffice.serving.config import ConfigError
 
@@ -61,8 +62,8 @@ class CalibrationSettings:
     temperature: Literal["fit", "none"] = "fit"
     method: Literal["temperature", "platt"] = "temperature"
     pool: Literal["pooled", "source_balanced", "real"] = "pooled"
-    sufficient: float = 0.8
-    partial: float = 0.5
+    sufficient: float = SUFFICIENCY.default_thresholds[SUFFICIENT]
+    partial: float = SUFFICIENCY.default_thresholds[PARTIAL]
     skip_min_precision: float = 0.95
     ece_bins: int = 15
 
@@ -262,7 +263,8 @@ def threshold_for_precision(scores: np.ndarray, outcomes: np.ndarray, min_precis
     return best
 
 
-def decisiveness(scores: np.ndarray, outcomes: np.ndarray, sufficient: float = 0.8, precision: float = 0.9) -> dict[str, float]:
+def decisiveness(scores: np.ndarray, outcomes: np.ndarray, sufficient: float = SUFFICIENCY.default_thresholds[SUFFICIENT],
+                 precision: float = 0.9) -> dict[str, float]:
     """How decisive a sufficiency model is at its "sufficient" threshold, on labelled items.
 
     ``coverage_at_sufficient``: share of all items scored >= ``sufficient`` (answered without a

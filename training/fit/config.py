@@ -18,17 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
+from suffice.serving.bundle import TASK_SPECS
 from suffice.serving.config import ConfigError, build_config, config_from_dict
 # calibration.* lives next to the code that fits it; re-exported here with the other sections
 from suffice.training.fit.calibration import CalibrationSettings
 
-TASKS = ("sufficiency", "retrieval_gate")
-ID2LABEL = {
-    ("sufficiency", "binary"): {0: "insufficient", 1: "sufficient"},
-    ("sufficiency", "three_level"): {0: "insufficient", 1: "partial", 2: "sufficient"},
-    ("retrieval_gate", "binary"): {0: "RETRIEVE", 1: "SKIP"},
-}
-POSITIVE_LABEL = {"sufficiency": "sufficient", "retrieval_gate": "SKIP"}
 REGISTERED_MODEL = {"sufficiency": "suffice-sufficiency", "retrieval_gate": "suffice-retrieval-gate"}
 BASELINES = ("keyword_coverage", "answer_in_context", "tfidf_lr")
 
@@ -265,7 +259,7 @@ class TrainConfig:
     export_dir: str | None = None
 
     def __post_init__(self) -> None:
-        if (self.task, self.label_scheme) not in ID2LABEL:
+        if self.label_scheme not in TASK_SPECS[self.task].label_schemes:
             raise ConfigError(
                 f"label_scheme={self.label_scheme!r} does not apply to task={self.task!r}: the retrieval gate is binary "
                 "(RETRIEVE/SKIP); use --label_scheme=binary"
@@ -349,7 +343,7 @@ class TrainConfig:
     # -- derived ---------------------------------------------------------------------------
     @property
     def id2label(self) -> dict[int, str]:
-        return dict(ID2LABEL[(self.task, self.label_scheme)])
+        return TASK_SPECS[self.task].id2label(self.label_scheme)
 
     @property
     def num_labels(self) -> int:
@@ -357,7 +351,7 @@ class TrainConfig:
 
     @property
     def positive_label(self) -> str:
-        return POSITIVE_LABEL[self.task]
+        return TASK_SPECS[self.task].positive_label
 
     @property
     def positive_index(self) -> int:

@@ -11,16 +11,18 @@ from __future__ import annotations
 
 import hashlib
 import random
+from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
 import numpy as np
 
+from suffice.serving.bundle import SUFFICIENCY
 from suffice.serving.config import ConfigError
-from suffice.training.fit.auxiliary import AuxiliaryLoss, extra_columns
+from suffice.training.fit.features import TrainingFeature, batch_keys, feature_columns
 from suffice.training.fit.config import TrainConfig
 from suffice.training.fit.splits import Splits
 
-THREE_LEVEL_INDEX = {"insufficient": 0, "partial": 1, "sufficient": 2}
+THREE_LEVEL_INDEX = {name: i for i, name in SUFFICIENCY.id2label("three_level").items()}
 EVAL_COLUMNS = ("input_ids", "token_type_ids", "labels", "row")
 
 
@@ -218,7 +220,7 @@ class LengthGroupedSampler:
 def make_collate(pad_id: int, extra: Sequence[str] = ()):
     """Pad a list of encoded rows to the longest in the batch (dynamic padding).
 
-    ``extra``: further integer columns (an auxiliary loss's) stacked as long tensors."""
+    ``extra``: further integer columns (a training feature's) stacked as long tensors."""
     import torch
 
     def collate(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -272,53 +274,39 @@ def encode_splits(accelerator, cfg: TrainConfig, splits: Splits, packer, tokeniz
     return encoded
 
 
-def get_dataloaders(accelerator, cfg: TrainConfig, splits: Splits, packer, tokenizer_hash: str,
-                    aux_losses: Sequence[AuxiliaryLoss] = ()):
-    """Encode the splits and build the loaders.
+@dataclass(frozen=True)
+class Loaders:
+    """The train, validation and (None without a test split) test loaders of a run."""
 
-    Returns ``(encoded splits dict, train_loader, validation_loader, test_loader or None)``;
-    loaders are not yet passed through ``accelerator.prepare``.
+    train: Any
+    validation: Any
+    test: Any | None = None
+
+
+def get_dataloaders(accelerator, cfg: TrainConfig, splits: Splits, packer, tokenizer_hash: str,
+                    features: Sequence[TrainingFeature] = ()) -> tuple[dict[str, Any], Loaders]:
+    """Encode the splits and build the loaders; each of ``features`` adds its train columns and
+    may group the train batches (:mod:`suffice.training.fit.features`).
+
+    Returns ``(encoded splits dict, loaders)``; loaders are not yet passed through ``accelerator.prepare``.
     """
     from torch.utils.data import DataLoader
 
     encoded = encode_splits(accelerator, cfg, splits, packer, tokenizer_hash)
-    if cfg.contrast.unit_size:  # sufficiency only (the config refuses it for the gate)
-        encoded["train"] = with_contrast_units(accelerator, cfg, encoded["train"])
+    for feature in features:
+        encoded["train"] = feature.add_columns(encoded["train"], accelerator)
     pad_id = packer.pad_id
-    extra = extra_columns(aux_losses)
+    extra = feature_columns(features)
     missing = [c for c in extra if c not in encoded["train"].column_names]
     if missing:
-        raise ConfigError(f"an auxiliary loss needs the train column(s) {missing}, which this data lacks")
-    if "partner" in extra and max(encoded["train"]["partner"], default=-1) < 0:
-        accelerator.print(f"warning: gate.pair_loss_weight={cfg.gate.pair_loss_weight} but no train thread has a pair partner, "
-                          "so the pair ranking loss adds nothing (gate.split=domains reads pairs.jsonl; or set gate.pair_loss_weight=0)")
+        raise ConfigError(f"a training feature needs the train column(s) {missing}, which this data lacks")
     train_view = encoded["train"].select_columns(list(EVAL_COLUMNS) + extra)
-    together = (encoded["train"]["pair"] if cfg.task == "retrieval_gate" and cfg.gate.pair_batches
-                and "pair" in encoded["train"].column_names else None)
-    if "unit" in encoded["train"].column_names:  # contrast units: one key per unit, "" = none
-        together = [str(u) if u >= 0 else "" for u in encoded["train"]["unit"]]
     sampler = LengthGroupedSampler(encoded["train"]["length"], cfg.per_device_train_batch_size, cfg.seed, cfg.length_grouping,
-                                   together=together)
+                                   together=batch_keys(features, encoded["train"]))
     train_dl = DataLoader(train_view, batch_size=cfg.per_device_train_batch_size, sampler=sampler, collate_fn=make_collate(pad_id, extra))
     val_dl = eval_dataloader(encoded["validation"], cfg.per_device_eval_batch_size, pad_id)
     test_dl = eval_dataloader(encoded["test"], cfg.per_device_eval_batch_size, pad_id) if encoded["test"] is not None and len(encoded["test"]) else None
-    return encoded, train_dl, val_dl, test_dl
-
-
-def with_contrast_units(accelerator, cfg: TrainConfig, train):
-    """The train split with a ``unit`` column (:func:`suffice.training.fit.pairs.group_units`):
-    rows of one passage group, sufficient and not alternating, ``contrast.unit_size`` per unit
-    (every prepared row has a group: an item without one is its own)."""
-    from suffice.training.fit.pairs import group_units
-
-    units = group_units(train["group"], train["labels"], cfg.contrast.unit_size, cfg.positive_index, cfg.seed)
-    covered = sum(u >= 0 for u in units)
-    accelerator.print(f"contrast: {max(units, default=-1) + 1:,} units of up to {cfg.contrast.unit_size} rows over one passage group "
-                      f"cover {covered:,} of {len(units):,} train rows")
-    if not covered:
-        accelerator.print("warning: no passage group of the train split holds both classes, so contrast units are empty "
-                          "(set --contrast.unit_size=0)")
-    return train.add_column("unit", units, new_fingerprint=f"{train._fingerprint}-units{cfg.contrast.unit_size}-{cfg.seed}")
+    return encoded, Loaders(train_dl, val_dl, test_dl)
 
 
 def class_weights(labels: Sequence[int], num_labels: int, scheme: str) -> np.ndarray:

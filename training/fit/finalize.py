@@ -17,12 +17,12 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from suffice.serving.jsonl import json_safe
-from suffice.serving.bundle import VALIDATION_LEVELS
+from suffice.serving.bundle import PARTIAL, RETRIEVAL_GATE, SUFFICIENCY, SKIP_THRESHOLD, SUFFICIENT, VALIDATION_LEVELS
 from suffice.serving.calibration import Calibration
 from suffice.serving.config import dump_yaml
 from suffice.training.evaluation import report as ev
 from suffice.training.fit.config import TrainConfig
-from suffice.training.fit.loop import TrainState, predict
+from suffice.training.fit.loop import TrainingRun, TrainState, predict
 from suffice.training.fit.meta import ModelMeta
 from suffice.training.tracking import headline_metrics
 
@@ -35,7 +35,7 @@ def level_thresholds(cfg: TrainConfig, val_logits: np.ndarray, val_labels: np.nd
 
     p_suff = calibration.scores(val_logits, cfg.positive_index)
     levels = decisiveness(p_suff, (val_labels == cfg.positive_index).astype(int), cfg.calibration.sufficient)
-    return {"sufficient": cfg.calibration.sufficient, "partial": cfg.calibration.partial}, {VALIDATION_LEVELS: levels}
+    return {SUFFICIENT: cfg.calibration.sufficient, PARTIAL: cfg.calibration.partial}, {VALIDATION_LEVELS: levels}
 
 
 def skip_threshold(cfg: TrainConfig, val_logits: np.ndarray, val_labels: np.ndarray, calibration: Calibration):
@@ -44,10 +44,10 @@ def skip_threshold(cfg: TrainConfig, val_logits: np.ndarray, val_labels: np.ndar
 
     p_skip = calibration.scores(val_logits, cfg.positive_index)
     th, achieved = threshold_for_precision(p_skip, (val_labels == cfg.positive_index).astype(int), cfg.calibration.skip_min_precision)
-    return {"skip": th}, {"skip_min_precision": cfg.calibration.skip_min_precision, "validation_skip_precision": achieved}
+    return {SKIP_THRESHOLD: th}, {"skip_min_precision": cfg.calibration.skip_min_precision, "validation_skip_precision": achieved}
 
 
-THRESHOLD_RULES = {"sufficiency": level_thresholds, "retrieval_gate": skip_threshold}
+THRESHOLD_RULES = {SUFFICIENCY.name: level_thresholds, RETRIEVAL_GATE.name: skip_threshold}
 
 
 def calibration_and_thresholds(cfg: TrainConfig, val_logits: np.ndarray, val_labels: np.ndarray,
@@ -69,12 +69,12 @@ def calibration_and_thresholds(cfg: TrainConfig, val_logits: np.ndarray, val_lab
     return cal, thresholds, {**cal.to_record(), "pool": cfg.calibration.pool, **info}
 
 
-def test_report(cfg: TrainConfig, accelerator, model, test_dl, encoded: Mapping[str, Any], calibration: Calibration,
-                thresholds: Mapping[str, float]) -> dict[str, Any] | None:
+def test_report(run: TrainingRun, calibration: Calibration, thresholds: Mapping[str, float]) -> dict[str, Any] | None:
     """The calibrated test report next to the baselines (printed), on the main process; None without a test split."""
-    if not (cfg.evaluate_test and test_dl is not None):
+    cfg, accelerator, encoded = run.cfg, run.accelerator, run.encoded
+    if not (cfg.evaluate_test and run.loaders.test is not None):
         return None
-    test_logits, _ = predict(accelerator, model, test_dl)
+    test_logits, _ = predict(accelerator, run.model, run.loaders.test)
     if not accelerator.is_main_process:
         return None
     report = ev.full_report(calibration.probabilities(test_logits, cfg.positive_index), encoded["test"], train_ds=encoded["train"],
@@ -84,17 +84,18 @@ def test_report(cfg: TrainConfig, accelerator, model, test_dl, encoded: Mapping[
     return report
 
 
-def finalize(cfg: TrainConfig, accelerator, model, *, val_logits: np.ndarray, encoded: Mapping[str, Any], test_dl, tracker,
-             state: TrainState, base_dir: Path, out_dir: Path, provenance: Mapping[str, Any],
+def finalize(run: TrainingRun, val_logits: np.ndarray, provenance: Mapping[str, Any],
              extra_metrics: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Calibrate, report, describe, save and register a trained (or averaged) model.
 
+    ``run``: the run (model, splits, loaders, tracker, directories); ``val_logits``: the model's validation logits.
     ``provenance``: the metadata fields that say where the model came from (``base_model``,
     ``finetune``, ``label_source``, ``data_hash``, ``git_commit``, ``train_seconds``, ``soup``...).
     ``extra_metrics``: more entries for the metadata's ``metrics`` (``best_epoch``).
     Returns temperature, calibration (its record), thresholds, the reports and (main process) what :func:`save_and_register` wrote.
     """
-    val_ds = encoded["validation"]
+    cfg, accelerator, state, tracker = run.cfg, run.accelerator, run.state, run.tracker
+    val_ds = run.encoded["validation"]
     calibration, thresholds, calibration_record = calibration_and_thresholds(cfg, val_logits, np.asarray(val_ds["labels"]),
                                                                              ev.column(val_ds, "source", "all"))
     val_report = ev.classification_report(calibration.probabilities(val_logits, cfg.positive_index), val_ds,
@@ -104,7 +105,7 @@ def finalize(cfg: TrainConfig, accelerator, model, *, val_logits: np.ndarray, en
     tracker.log_metrics({"val_temperature": calibration.temperature, **platt,
                          **{f"val_calibrated_{k}": v for k, v in val_report["overall"].items()
                             if k in ("ece", "nll", "macro_f1", "auroc", "accuracy")}}, step=state.epoch)
-    report = test_report(cfg, accelerator, model, test_dl, encoded, calibration, thresholds)
+    report = test_report(run, calibration, thresholds)
     out: dict[str, Any] = {"temperature": calibration.temperature, "calibration": calibration.to_record(), "thresholds": thresholds,
                            "val_report": val_report, "test_report": report}
     if not accelerator.is_main_process:
@@ -123,13 +124,12 @@ def finalize(cfg: TrainConfig, accelerator, model, *, val_logits: np.ndarray, en
                               **({VALIDATION_LEVELS: calibration_record[VALIDATION_LEVELS]} if VALIDATION_LEVELS in calibration_record else {}),
                               **(extra_metrics or {})}),
     })
-    out.update(save_and_register(cfg, accelerator.unwrap_model(model), base_dir, out_dir, meta, report, tracker, state, encoded["validation"]))
+    out.update(save_and_register(run, meta, report))
     out["test"] = test_overall
     return out
 
 
-def save_and_register(cfg: TrainConfig, model, base_dir: Path, out_dir: Path, meta: ModelMeta, test_report, tracker,
-                      state: TrainState, val_ds) -> dict[str, Any]:
+def save_and_register(run: TrainingRun, meta: ModelMeta, test_report) -> dict[str, Any]:
     """Main process: model directory, evaluation artifacts, bundle, registered versions, model artifacts.
 
     What is registered (``tracking.register``), so that every version of ``registered_model``
@@ -143,8 +143,9 @@ def save_and_register(cfg: TrainConfig, model, base_dir: Path, out_dir: Path, me
     """
     from suffice.training.fit.model import save_model_dir
 
+    cfg, tracker, state, out_dir = run.cfg, run.tracker, run.state, run.out_dir
     out: dict[str, Any] = {}
-    save_model_dir(model, out_dir, base_dir, meta)
+    save_model_dir(run.accelerator.unwrap_model(run.model), out_dir, run.base_dir, meta)
     (out_dir / "train_config.yaml").write_text(dump_yaml(cfg))
     if test_report is not None:
         ev_dir = out_dir / "evaluation"
@@ -153,7 +154,7 @@ def save_and_register(cfg: TrainConfig, model, base_dir: Path, out_dir: Path, me
         (ev_dir / "test_table.txt").write_text(ev.render_report(test_report) + "\n")
         tracker.log_metrics(ev.report_metrics(test_report, "test"), step=state.epoch)
         tracker.log_artifacts(ev_dir, "evaluation")
-    out["bundle"] = maybe_export(cfg, out_dir, val_ds, meta, tracker)
+    out["bundle"] = maybe_export(cfg, out_dir, run.encoded["validation"], meta, tracker)
     if cfg.tracking.register and tracker.enabled:
         out.update(register_versions(cfg, out_dir, meta, out["bundle"], tracker, state))
     if out["bundle"] and not out.get("registered"):
@@ -229,7 +230,8 @@ def maybe_export(cfg: TrainConfig, out_dir: Path, val_ds, meta: ModelMeta, track
     """
     if not cfg.export:
         return None
-    from suffice.training.export.bundle import ExportError, ParityError, export_bundle
+    from suffice.training.export.bundle import export_bundle
+    from suffice.training.export.errors import ExportError, ParityError
 
     bundle_dir = Path(cfg.export_dir) if cfg.export_dir else out_dir / "bundle"
     pos = meta.positive_index

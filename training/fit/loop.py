@@ -18,8 +18,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from suffice.training.fit.auxiliary import AuxiliaryLoss, needs_hidden_states
 from suffice.training.fit.config import TrainConfig
+from suffice.training.fit.encode import Loaders
+from suffice.training.fit.features import TrainingFeature, needs_hidden_states
 
 STATE_FILE = "trainer_state.json"
 BEST_FILE = "best-trainable.safetensors"
@@ -102,6 +103,47 @@ class Checkpoints:
         return self.root / BEST_FILE
 
 
+@dataclass
+class TrainingRun:
+    """One run's state, built once by :func:`suffice.training.fit.run.run` (setfit's ``Trainer``):
+    every step reads what it needs from here instead of taking it as arguments.
+
+    ``suffice soup`` builds one without the training parts (``optimizer``, ``scheduler``,
+    ``checkpoints``, a train loader) to :func:`~suffice.training.fit.finalize.finalize` its soup.
+
+    cfg / accelerator / model: the config, the Accelerator and the (prepared) model.
+    state: where the run is (:class:`TrainState`); tracker: its MLflow run (``RunTracker``).
+    encoded / loaders: the encoded splits (``train``, ``validation``, ``test``) and their (prepared) loaders.
+    out_dir / base_dir: the trained-model directory and the base model's local directory.
+    splits: the loaded :class:`~suffice.training.fit.splits.Splits` (label source, data hash, manifest).
+    weights: the class weights of the loss; features: the optional training features.
+    total_steps / num_epochs / steps_per_epoch: the schedule; n_params: (trainable, total) parameters.
+    resumed: continued from a checkpoint (``--resume``); commit: the code's git commit.
+    """
+
+    cfg: TrainConfig
+    accelerator: Any
+    model: Any
+    state: TrainState
+    tracker: Any
+    encoded: dict[str, Any]
+    loaders: Loaders
+    out_dir: Path
+    base_dir: Path
+    splits: Any = None
+    optimizer: Any = None
+    scheduler: Any = None
+    checkpoints: Checkpoints | None = None
+    weights: np.ndarray | None = None
+    features: Sequence[TrainingFeature] = ()
+    total_steps: int = 0
+    num_epochs: int = 0
+    steps_per_epoch: int = 0
+    n_params: tuple[int, int] = (0, 0)
+    resumed: bool = False
+    commit: str | None = None
+
+
 def improved(cfg: TrainConfig, value: float, best: float | None) -> bool:
     if value is None or not math.isfinite(value):
         return False
@@ -133,67 +175,66 @@ def validation_metrics(accelerator, model, val_dl, val_ds, cfg: TrainConfig, wei
 
 
 
-def train(cfg: TrainConfig, accelerator, model, optimizer, scheduler, train_dl, val_dl, val_ds, weights, state: TrainState,
-          checkpoints: Checkpoints, tracker, total_steps: int, num_epochs: int,
-          aux_losses: Sequence[AuxiliaryLoss] = ()) -> tuple[TrainState, np.ndarray | None]:
+def train(run: TrainingRun) -> np.ndarray | None:
     """The loop: accumulate, step, log; validate each epoch; keep the best weights; early-stop; checkpoint.
 
-    ``aux_losses`` (see :mod:`suffice.training.fit.auxiliary`) are added to the classification loss.
-
-    Returns the final state and the best epoch's validation logits (None if that epoch ran
+    Each of ``run.features`` adds its loss to the classification loss (:func:`batch_loss`).
+    Advances ``run.state``; returns the best epoch's validation logits (None if that epoch ran
     before a resume), which temperature scaling then uses without another pass.
     """
     import torch
     from tqdm.auto import tqdm
 
-    weight_t = torch.tensor(weights, dtype=torch.float32, device=accelerator.device)
-    progress = tqdm(total=total_steps, initial=state.global_step, disable=not accelerator.is_local_main_process, desc="train", dynamic_ncols=True)
+    cfg, accelerator, state, train_dl = run.cfg, run.accelerator, run.state, run.loaders.train
+    weight_t = torch.tensor(run.weights, dtype=torch.float32, device=accelerator.device)
+    progress = tqdm(total=run.total_steps, initial=state.global_step, disable=not accelerator.is_local_main_process, desc="train",
+                    dynamic_ncols=True)
     resumed_mid_epoch = state.batch_in_epoch > 0
     best_logits = None
-    for epoch in range(state.epoch, num_epochs):
-        model.train()
+    for epoch in range(state.epoch, run.num_epochs):
+        run.model.train()
         train_dl.set_epoch(epoch)
         skip = state.batch_in_epoch if (resumed_mid_epoch and epoch == state.epoch) else 0
         loader = accelerator.skip_first_batches(train_dl, skip) if skip else train_dl
         if not skip:
             state.batch_in_epoch = 0
-        seen, t0 = train_epoch(cfg, accelerator, model, optimizer, scheduler, loader, len(train_dl), weight_t, state, checkpoints,
-                               tracker, total_steps, epoch, progress, aux_losses)
+        seen, t0 = train_epoch(run, loader, weight_t, epoch, progress)
         resumed_mid_epoch = False
-        stop, val_logits = end_epoch(cfg, accelerator, model, val_dl, val_ds, weights, state, checkpoints, tracker, epoch,
-                                     num_epochs, seen, t0, progress)
+        stop, val_logits = end_epoch(run, epoch, seen, t0, progress)
         if val_logits is not None:
             best_logits = val_logits
-        if stop or state.global_step >= total_steps:
+        if stop or state.global_step >= run.total_steps:
             if state.stopped_early and accelerator.is_main_process:
                 progress.write(f"early stopping: no {cfg.early_stopping_metric} improvement for {state.bad_epochs} epoch(s)")
             break
     progress.close()
-    return state, best_logits
+    return best_logits
 
 
-def batch_loss(model, batch, weight_t, aux_losses: Sequence[AuxiliaryLoss] = ()):
-    """Class-weighted cross-entropy of one batch, plus each auxiliary loss."""
+def batch_loss(model, batch, weight_t, features: Sequence[TrainingFeature] = ()):
+    """Class-weighted cross-entropy of one batch, plus each feature's loss."""
     import torch.nn.functional as F
 
     out = model(input_ids=batch["input_ids"], token_type_ids=batch["token_type_ids"], attention_mask=batch["attention_mask"],
-                output_hidden_states=needs_hidden_states(aux_losses))
+                output_hidden_states=needs_hidden_states(features))
     loss = F.cross_entropy(out.logits.float(), batch["labels"], weight=weight_t)
-    for aux in aux_losses:
-        loss = loss + aux(out, batch)
+    for feature in features:
+        extra = feature.loss(out, batch)
+        if extra is not None:
+            loss = loss + extra
     return loss
 
 
-def train_epoch(cfg: TrainConfig, accelerator, model, optimizer, scheduler, loader, batches_per_epoch: int, weight_t,
-                state: TrainState, checkpoints: Checkpoints, tracker, total_steps: int, epoch: int, progress,
-                aux_losses: Sequence[AuxiliaryLoss] = ()) -> tuple[int, float]:
-    """One pass over ``loader`` (stopping at ``total_steps``); returns (examples seen, start time)."""
+def train_epoch(run: TrainingRun, loader, weight_t, epoch: int, progress) -> tuple[int, float]:
+    """One pass over ``loader`` (stopping at ``run.total_steps``); returns (examples seen, start time)."""
     import torch
 
+    cfg, accelerator, model, state = run.cfg, run.accelerator, run.model, run.state
+    optimizer, scheduler, batches_per_epoch = run.optimizer, run.scheduler, len(run.loaders.train)
     run_loss, run_n, seen, t0 = 0.0, 0, 0, time.perf_counter()
     for batch in loader:
         with accelerator.accumulate(model):
-            loss = batch_loss(model, batch, weight_t, aux_losses)
+            loss = batch_loss(model, batch, weight_t, run.features)
             accelerator.backward(loss)
             if accelerator.sync_gradients and cfg.max_grad_norm > 0:
                 accelerator.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
@@ -210,33 +251,33 @@ def train_epoch(cfg: TrainConfig, accelerator, model, optimizer, scheduler, load
         rate = seen / max(time.perf_counter() - t0, 1e-9)
         progress.update(1)
         progress.set_postfix(epoch=epoch + 1, loss=f"{run_loss / run_n:.4f}", ex_s=f"{rate:.1f}")
-        if state.global_step % cfg.log_every_steps == 0 or state.global_step == total_steps:
+        if state.global_step % cfg.log_every_steps == 0 or state.global_step == run.total_steps:
             mean_loss = float(accelerator.reduce(torch.tensor(run_loss / run_n, device=accelerator.device), "mean"))
-            tracker.log_metrics({"train_loss": mean_loss, "train_examples_per_s": rate,
-                                 "lr_encoder": scheduler.get_last_lr()[0], "epoch_progress": epoch + state.batch_in_epoch / batches_per_epoch},
-                                step=state.global_step)
+            run.tracker.log_metrics({"train_loss": mean_loss, "train_examples_per_s": rate,
+                                     "lr_encoder": scheduler.get_last_lr()[0], "epoch_progress": epoch + state.batch_in_epoch / batches_per_epoch},
+                                    step=state.global_step)
             run_loss, run_n = 0.0, 0
         if cfg.checkpoint_every_steps and state.global_step % cfg.checkpoint_every_steps == 0:
-            checkpoints.save(accelerator, state)
-        if state.global_step >= total_steps:
+            run.checkpoints.save(accelerator, state)
+        if state.global_step >= run.total_steps:
             break
     return seen, t0
 
 
-def end_epoch(cfg: TrainConfig, accelerator, model, val_dl, val_ds, weights, state: TrainState, checkpoints: Checkpoints, tracker,
-              epoch: int, num_epochs: int, seen: int, t0: float, progress) -> tuple[bool, np.ndarray | None]:
+def end_epoch(run: TrainingRun, epoch: int, seen: int, t0: float, progress) -> tuple[bool, np.ndarray | None]:
     """Validate, keep the best weights, count epochs without improvement, checkpoint.
 
     ``seen`` / ``t0``: examples trained on this epoch and when it started (the logged throughput).
     Returns (stop early?, this epoch's validation logits when it is the new best, else None)."""
-    val, val_logits = validation_metrics(accelerator, model, val_dl, val_ds, cfg, weights)
+    cfg, accelerator, state, checkpoints = run.cfg, run.accelerator, run.state, run.checkpoints
+    val, val_logits = validation_metrics(accelerator, run.model, run.loaders.validation, run.encoded["validation"], cfg, run.weights)
     epoch_rate = seen / max(time.perf_counter() - t0, 1e-9)
-    tracker.log_metrics({f"val_{k}": v for k, v in val.items()} | {"epoch_train_examples_per_s": epoch_rate}, step=epoch + 1)
+    run.tracker.log_metrics({f"val_{k}": v for k, v in val.items()} | {"epoch_train_examples_per_s": epoch_rate}, step=epoch + 1)
     val["epoch"], val["train_examples_per_s"] = epoch + 1, epoch_rate
     state.history.append(val)
     if accelerator.is_main_process:  # tqdm.write keeps the line off the progress bar
         progress.write(
-            f"epoch {epoch + 1}/{num_epochs}: val loss {val['loss']:.4f} acc {val.get('accuracy', float('nan')):.3f} "
+            f"epoch {epoch + 1}/{run.num_epochs}: val loss {val['loss']:.4f} acc {val.get('accuracy', float('nan')):.3f} "
             f"macro-F1 {val.get('macro_f1', float('nan')):.3f} AUROC {val.get('auroc', float('nan')):.3f} "
             f"ECE {val.get('ece', float('nan')):.3f}; per-source mean macro-F1 {val.get('source_macro_f1', float('nan')):.3f} "
             f"AUROC {val.get('source_auroc', float('nan')):.3f} ({val['train_examples_per_s']:.1f} train ex/s)"
@@ -251,11 +292,11 @@ def end_epoch(cfg: TrainConfig, accelerator, model, val_dl, val_ds, weights, sta
             from suffice.training.fit.model import trainable_state_dict
 
             checkpoints.root.mkdir(parents=True, exist_ok=True)
-            save_file(trainable_state_dict(accelerator.unwrap_model(model)), str(checkpoints.best_path))
+            save_file(trainable_state_dict(accelerator.unwrap_model(run.model)), str(checkpoints.best_path))
     else:
         state.bad_epochs += 1
     state.epoch, state.batch_in_epoch = epoch + 1, 0
     stop = cfg.early_stopping_patience > 0 and state.bad_epochs >= cfg.early_stopping_patience
-    state.stopped_early = stop and epoch + 1 < num_epochs
+    state.stopped_early = stop and epoch + 1 < run.num_epochs
     checkpoints.save(accelerator, state)
     return stop, best_logits

@@ -12,7 +12,7 @@ Directory contract (written by :func:`save_model_dir`)::
     <model_dir>/adapter/                         peft LoRA adapter (absent for full fine-tuning)
     <model_dir>/suffice_model.json               task, labels, window, calibration, thresholds, run
 
->>> model = build_model("minilm-l6", num_labels=2, id2label={0: "insufficient", 1: "sufficient"})  # doctest: +SKIP
+>>> model = build_model("minilm-l6", id2label={0: "insufficient", 1: "sufficient"})  # doctest: +SKIP
 >>> meta = read_model_meta("models/demo")  # doctest: +SKIP
 """
 
@@ -22,8 +22,9 @@ import copy
 import json
 import shutil
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
+from suffice.training.fit.config import LoraSettings
 from suffice.training.fit.meta import MODEL_META, ModelMeta, read_model_meta, write_model_meta
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json")
@@ -55,23 +56,19 @@ def load_tokenizer(model_dir: str | Path):
 def build_model(
     base_model: str | Path,
     *,
-    num_labels: int,
     id2label: Mapping[int, str],
     finetune: str = "lora",
-    lora_r: int = 16,
-    lora_alpha: int = 32,
-    lora_dropout: float = 0.1,
-    target_modules: Sequence[str] = ("query", "key", "value", "attention.output.dense", "intermediate.dense", "output.dense"),
-    modules_to_save: Sequence[str] = HEAD_MODULES,
+    lora: LoraSettings | None = None,
     freeze_layers: int = 0,
     encoder_layers: int = 0,
 ):
-    """Base encoder + fresh classification head, wrapped with LoRA adapters when ``finetune='lora'``.
+    """Base encoder + fresh classification head (one logit per ``id2label`` entry), wrapped with LoRA
+    adapters (``lora``: :class:`~suffice.training.fit.config.LoraSettings`, default its defaults) when ``finetune='lora'``.
 
     ``base_model`` is a short name, a local directory or (online) a hub id. ``encoder_layers`` > 0
     keeps only the lowest N transformer layers (a shallower, faster model; 0 = all).
 
-    >>> m = build_model(tiny_dir, num_labels=2, id2label={0: "no", 1: "yes"}, lora_r=4)  # doctest: +SKIP
+    >>> m = build_model(tiny_dir, id2label={0: "no", 1: "yes"}, lora=LoraSettings(r=4, alpha=8))  # doctest: +SKIP
     >>> trainable_parameters(m)[0] < trainable_parameters(m)[1]  # doctest: +SKIP
     True
     """
@@ -80,6 +77,8 @@ def build_model(
 
     src = base_model if isinstance(base_model, Path) else resolve_base_dir(str(base_model))
     id2label = {int(k): str(v) for k, v in id2label.items()}
+    num_labels = len(id2label)
+    lora = lora or LoraSettings()
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # "classifier weights newly initialized" is the point, not news
     extra = {}
@@ -120,15 +119,15 @@ def build_model(
 
     names = {n.split(".")[-1] for n, _ in model.named_modules()}
     full_names = [n for n, _ in model.named_modules()]
-    unmatched = [t for t in target_modules if not any(n == t or n.endswith("." + t) for n in full_names)]
+    unmatched = [t for t in lora.target_modules if not any(n == t or n.endswith("." + t) for n in full_names)]
     if unmatched:
         raise ValueError(
             f"lora.target_modules {unmatched} match no module of {type(model).__name__}; linear layers here end with "
             f"{sorted(n for n in names if n in ('query', 'key', 'value', 'dense'))} (e.g. 'output.dense', 'intermediate.dense')"
         )
     cfg = LoraConfig(
-        r=lora_r, lora_alpha=lora_alpha, lora_dropout=lora_dropout, target_modules=list(target_modules),
-        modules_to_save=list(modules_to_save), bias="none",
+        r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=list(lora.target_modules),
+        modules_to_save=list(lora.modules_to_save), bias="none",
     )
     return get_peft_model(model, cfg)
 

@@ -1,4 +1,4 @@
-"""Ranking losses over contrasts inside a batch: auxiliary losses (see :mod:`suffice.training.fit.auxiliary`).
+"""Contrasts inside a batch: two training features (see :mod:`suffice.training.fit.features`).
 
 Two contrasts, one loss (:func:`ranking_loss`): for every two rows of one contrast in a batch, one
 positive and one not, the positive's margin ``logit[positive] - logit[other]`` must exceed the
@@ -6,12 +6,13 @@ other's (a logistic pairwise loss, ``softplus(-(m_pos - m_neg))``, averaged), on
 cross-entropy.
 
 * The retrieval gate's contrastive pairs (``retrieval-gate/pairs.jsonl``) share a conversation and
-  differ in the last user message: one SKIP, one RETRIEVE. With ``gate.pair_batches`` both threads
-  sit in one batch; :class:`PairRankingLoss` (``gate.pair_loss_weight > 0``) ranks SKIP above its partner.
-* Sufficiency questions over one passage (``contrast.unit_size``): units of rows sharing a
-  ``group``, sufficient and not alternating (:func:`group_units`), travel in one batch;
-  :class:`GroupRankingLoss` (``contrast.loss_weight > 0``) ranks every sufficient row of a unit
-  above every insufficient one, so the passage alone cannot decide and the question must be read.
+  differ in the last user message: one SKIP, one RETRIEVE. :class:`GatePairs`: with
+  ``gate.pair_batches`` both threads sit in one batch; :class:`PairRankingLoss`
+  (``gate.pair_loss_weight > 0``) ranks SKIP above its partner.
+* Sufficiency questions over one passage: :class:`PassageContrast` (``contrast.unit_size``) puts
+  units of rows sharing a ``group``, sufficient and not alternating (:func:`group_units`), in one
+  batch; :class:`GroupRankingLoss` (``contrast.loss_weight > 0``) ranks every sufficient row of a
+  unit above every insufficient one, so the passage alone cannot decide and the question must be read.
 
 >>> import torch
 >>> from types import SimpleNamespace
@@ -25,6 +26,8 @@ cross-entropy.
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
+
+from suffice.training.fit.features import TrainingFeature
 
 
 class PairRankingLoss:
@@ -121,11 +124,65 @@ def group_units(groups: Sequence[str], labels: Sequence[int], size: int, positiv
     return out
 
 
-def aux_losses_for(cfg) -> list[Any]:
-    """The ranking losses ``cfg`` switches on: the pair loss for a retrieval gate with
-    ``gate.pair_loss_weight > 0``, the group loss for sufficiency with ``contrast.loss_weight > 0``."""
-    if cfg.task == "retrieval_gate" and cfg.gate.pair_loss_weight > 0:
-        return [PairRankingLoss(cfg.gate.pair_loss_weight, cfg.positive_index)]
-    if cfg.contrast.loss_weight > 0:  # sufficiency only (the config refuses contrast for the gate)
-        return [GroupRankingLoss(cfg.contrast.loss_weight, cfg.positive_index)]
+class GatePairs(TrainingFeature):
+    """The retrieval gate's contrastive pairs: both threads of a pair (rows sharing ``pair``) in one
+    batch (``pair_batches``), ranked by :class:`PairRankingLoss` when ``loss_weight > 0``."""
+
+    def __init__(self, pair_batches: bool, loss_weight: float, skip_id: int):
+        self.pair_batches = bool(pair_batches)
+        self.ranking = PairRankingLoss(loss_weight, skip_id) if loss_weight > 0 else None
+        self.columns = ("partner",) if self.ranking else ()
+
+    def add_columns(self, train: Any, accelerator: Any) -> Any:
+        # the partner column itself is encoded with every split (encode.encode_split)
+        if self.ranking and "partner" in train.column_names and max(train["partner"], default=-1) < 0:
+            accelerator.print(f"warning: gate.pair_loss_weight={self.ranking.weight} but no train thread has a pair partner, "
+                              "so the pair ranking loss adds nothing (gate.split=domains reads pairs.jsonl; or set gate.pair_loss_weight=0)")
+        return train
+
+    def batch_keys(self, train: Any) -> list[str] | None:
+        return train["pair"] if self.pair_batches and "pair" in train.column_names else None
+
+    def loss(self, outputs: Any, batch: Mapping[str, Any]) -> Any:
+        return self.ranking(outputs, batch) if self.ranking else None
+
+
+class PassageContrast(TrainingFeature):
+    """Sufficiency questions over one passage side by side: a ``unit`` column (:func:`group_units`,
+    ``unit_size`` rows of one passage group, sufficient and not alternating), one batch per unit,
+    ranked by :class:`GroupRankingLoss` when ``loss_weight > 0``."""
+
+    def __init__(self, unit_size: int, loss_weight: float, positive_id: int, seed: int):
+        self.unit_size = int(unit_size)
+        self.positive_id = int(positive_id)
+        self.seed = int(seed)
+        self.ranking = GroupRankingLoss(loss_weight, positive_id) if loss_weight > 0 else None
+        self.columns = ("unit",) if self.ranking else ()
+
+    def add_columns(self, train: Any, accelerator: Any) -> Any:
+        """The train split with its ``unit`` column (every prepared row has a group: an item without one is its own)."""
+        units = group_units(train["group"], train["labels"], self.unit_size, self.positive_id, self.seed)
+        covered = sum(u >= 0 for u in units)
+        accelerator.print(f"contrast: {max(units, default=-1) + 1:,} units of up to {self.unit_size} rows over one passage group "
+                          f"cover {covered:,} of {len(units):,} train rows")
+        if not covered:
+            accelerator.print("warning: no passage group of the train split holds both classes, so contrast units are empty "
+                              "(set --contrast.unit_size=0)")
+        return train.add_column("unit", units, new_fingerprint=f"{train._fingerprint}-units{self.unit_size}-{self.seed}")
+
+    def batch_keys(self, train: Any) -> list[str] | None:
+        return [str(u) if u >= 0 else "" for u in train["unit"]]
+
+    def loss(self, outputs: Any, batch: Mapping[str, Any]) -> Any:
+        return self.ranking(outputs, batch) if self.ranking else None
+
+
+def features_for(cfg) -> list[TrainingFeature]:
+    """The contrast features ``cfg`` switches on: :class:`GatePairs` for a retrieval gate
+    (``gate.pair_batches`` / ``gate.pair_loss_weight``), :class:`PassageContrast` for sufficiency
+    with ``contrast.unit_size`` (the config refuses contrast for the gate)."""
+    if cfg.task == "retrieval_gate":  # gate.pair_loss_weight > 0 needs gate.pair_batches (the config says so)
+        return [GatePairs(cfg.gate.pair_batches, cfg.gate.pair_loss_weight, cfg.positive_index)] if cfg.gate.pair_batches else []
+    if cfg.contrast.unit_size:
+        return [PassageContrast(cfg.contrast.unit_size, cfg.contrast.loss_weight, cfg.positive_index, cfg.seed)]
     return []

@@ -26,63 +26,58 @@ from typing import Any, Sequence
 import numpy as np
 
 from suffice.serving.config import ConfigError, dump_yaml
-from suffice.training.fit.auxiliary import AuxiliaryLoss
 from suffice.training.fit.config import TrainConfig
-from suffice.training.fit.encode import get_dataloaders, class_weights, packing_stats
+from suffice.training.fit.encode import Loaders, class_weights, get_dataloaders, packing_stats
+from suffice.training.fit.features import TrainingFeature
 from suffice.training.fit.finalize import finalize
-from suffice.training.fit.loop import STATE_FILE, Checkpoints, TrainState, predict, train
-from suffice.training.fit.splits import Splits, load_splits
+from suffice.training.fit.loop import STATE_FILE, Checkpoints, TrainingRun, TrainState, predict, train
+from suffice.training.fit.splits import load_splits
 
 
-def run(cfg: TrainConfig, aux_losses: Sequence[AuxiliaryLoss] = ()) -> dict[str, Any]:
+def run(cfg: TrainConfig, features: Sequence[TrainingFeature] = ()) -> dict[str, Any]:
     """Train, calibrate, evaluate, save, track and register one model; returns a summary dict.
 
-    ``aux_losses``: optional extra training losses (see :mod:`suffice.training.fit.auxiliary`).
+    ``features``: optional training features (see :mod:`suffice.training.fit.features`), next to
+    the ones the config switches on (:func:`suffice.training.fit.pairs.features_for`).
     """
     from suffice.serving.bundle import sha256_file
-    from suffice.training.fit.pairs import aux_losses_for
+    from suffice.training.fit.pairs import features_for
     from suffice.training.tracking import RunTracker, git_commit
 
     wall0 = time.perf_counter()
-    aux_losses = [*aux_losses, *aux_losses_for(cfg)]
+    features = [*features, *features_for(cfg)]
     accelerator = make_accelerator(cfg)
     run_name, out_dir, resume_state = run_dir(cfg, accelerator)
-    checkpoints = Checkpoints(out_dir / "checkpoints", cfg.checkpoints_total_limit)
     base_dir, packer = base_and_packer(cfg)
     with accelerator.main_process_first():
         splits = load_splits(cfg, accelerator.is_main_process)
-    encoded, train_dl, val_dl, test_dl = get_dataloaders(accelerator, cfg, splits, packer, sha256_file(base_dir / "tokenizer.json"),
-                                                         aux_losses)
+    encoded, loaders = get_dataloaders(accelerator, cfg, splits, packer, sha256_file(base_dir / "tokenizer.json"), features)
     weights = class_weights(encoded["train"]["labels"], cfg.num_labels, cfg.class_weighting)
-    model, optimizer, scheduler, n_params = model_and_optimizer(cfg, accelerator, base_dir, len(train_dl))
-    model, optimizer, train_dl, val_dl, scheduler = accelerator.prepare(model, optimizer, train_dl, val_dl, scheduler)
-    test_dl = accelerator.prepare(test_dl) if test_dl is not None else None
+    model, optimizer, scheduler, n_params = model_and_optimizer(cfg, accelerator, base_dir, len(loaders.train))
+    model, optimizer, train_dl, val_dl, scheduler = accelerator.prepare(model, optimizer, loaders.train, loaders.validation, scheduler)
     steps_per_epoch, total_steps, num_epochs = schedule(cfg, len(train_dl))
-    derived = describe(cfg, accelerator, run_name, out_dir, encoded, weights, n_params, steps_per_epoch, total_steps, num_epochs)
-
-    tracker = RunTracker(cfg.tracking.enabled, cfg.tracking.tracking_uri, cfg.tracking.experiment, accelerator.is_main_process)
-    state = resume_state or TrainState(run_name=run_name)
-    commit = git_commit()
-    start_tracking(cfg, accelerator, tracker, state, splits, encoded, derived, resume_state is not None, commit, total_steps, n_params[0])
+    tr = TrainingRun(cfg, accelerator, model, state=resume_state or TrainState(run_name=run_name),
+                     tracker=RunTracker(cfg.tracking.enabled, cfg.tracking.tracking_uri, cfg.tracking.experiment, accelerator.is_main_process),
+                     encoded=encoded, loaders=Loaders(train_dl, val_dl, accelerator.prepare(loaders.test) if loaders.test is not None else None),
+                     out_dir=out_dir, base_dir=base_dir, splits=splits, optimizer=optimizer, scheduler=scheduler,
+                     checkpoints=Checkpoints(out_dir / "checkpoints", cfg.checkpoints_total_limit), weights=weights, features=features,
+                     total_steps=total_steps, num_epochs=num_epochs, steps_per_epoch=steps_per_epoch, n_params=n_params,
+                     resumed=resume_state is not None, commit=git_commit())
+    start_tracking(tr, describe(tr))
     try:
-        if resume_state is not None:
-            latest = checkpoints.latest()
-            accelerator.print(f"resuming from {latest} (epoch {state.epoch + 1}, batch {state.batch_in_epoch}, step {state.global_step})")
-            accelerator.load_state(str(latest))
+        resume(tr)
         train_t0 = time.perf_counter()
-        state, val_logits = train(cfg, accelerator, model, optimizer, scheduler, train_dl, val_dl, encoded["validation"], weights,
-                                  state, checkpoints, tracker, total_steps, num_epochs, aux_losses)
+        val_logits = train(tr)
         train_seconds = time.perf_counter() - train_t0
-        val_logits = restore_best(accelerator, model, checkpoints, val_dl, val_logits)
-        done = finalize(cfg, accelerator, model, val_logits=val_logits, encoded=encoded, test_dl=test_dl, tracker=tracker, state=state,
-                        base_dir=base_dir, out_dir=out_dir, extra_metrics={"best_epoch": state.best_epoch}, provenance={
-                            "base_model": cfg.base_model, "finetune": cfg.finetune, "label_source": splits.label_source,
-                            "data_hash": splits.data_hash, "git_commit": commit, "train_seconds": round(train_seconds, 1)})
-        summary = run_summary(cfg, accelerator, tracker, state, run_name, out_dir, done, train_seconds, wall0)
+        done = finalize(tr, restore_best(tr, val_logits), provenance={
+            "base_model": cfg.base_model, "finetune": cfg.finetune, "label_source": splits.label_source,
+            "data_hash": splits.data_hash, "git_commit": tr.commit, "train_seconds": round(train_seconds, 1)},
+                        extra_metrics={"best_epoch": tr.state.best_epoch})
+        summary = run_summary(tr, done, train_seconds, wall0)
     except BaseException as e:
-        tracker.end("KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED")
+        tr.tracker.end("KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED")
         raise
-    tracker.end("FINISHED")
+    tr.tracker.end("FINISHED")
     accelerator.wait_for_everyone()
     accelerator.end_training()
     return summary
@@ -130,9 +125,7 @@ def model_and_optimizer(cfg: TrainConfig, accelerator, base_dir: Path, train_bat
 
     from suffice.training.fit.model import build_model, optimizer_groups, trainable_parameters
 
-    model = build_model(base_dir, num_labels=cfg.num_labels, id2label=cfg.id2label, finetune=cfg.finetune, lora_r=cfg.lora.r,
-                        lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout, target_modules=cfg.lora.target_modules,
-                        modules_to_save=cfg.lora.modules_to_save, freeze_layers=cfg.freeze_layers,
+    model = build_model(base_dir, id2label=cfg.id2label, finetune=cfg.finetune, lora=cfg.lora, freeze_layers=cfg.freeze_layers,
                         encoder_layers=cfg.encoder_layers)
     n_params = trainable_parameters(model)
     optimizer = torch.optim.AdamW(optimizer_groups(model, cfg.learning_rate, cfg.resolved_head_learning_rate(), cfg.weight_decay))
@@ -151,25 +144,36 @@ def schedule(cfg: TrainConfig, train_batches: int) -> tuple[int, int, int]:
     return steps_per_epoch, total_steps, math.ceil(total_steps / steps_per_epoch)
 
 
-def restore_best(accelerator, model, checkpoints: Checkpoints, val_dl, val_logits):
+def resume(run: TrainingRun) -> None:
+    """With ``--resume``: load the newest checkpoint's model, optimiser, scheduler and RNG states."""
+    if not run.resumed:
+        return
+    latest = run.checkpoints.latest()
+    state = run.state
+    run.accelerator.print(f"resuming from {latest} (epoch {state.epoch + 1}, batch {state.batch_in_epoch}, step {state.global_step})")
+    run.accelerator.load_state(str(latest))
+
+
+def restore_best(run: TrainingRun, val_logits):
     """Load the best epoch's weights; score validation again when that epoch ran before a resume."""
     from suffice.training.fit.model import load_trainable_state_dict
 
-    accelerator.wait_for_everyone()
-    if checkpoints.best_path.is_file():
+    run.accelerator.wait_for_everyone()
+    if run.checkpoints.best_path.is_file():
         from safetensors.torch import load_file
 
-        load_trainable_state_dict(accelerator.unwrap_model(model), load_file(str(checkpoints.best_path)))
+        load_trainable_state_dict(run.accelerator.unwrap_model(run.model), load_file(str(run.checkpoints.best_path)))
     if val_logits is None:  # the best epoch ran before a resume: score validation again
-        val_logits, _ = predict(accelerator, model, val_dl)
+        val_logits, _ = predict(run.accelerator, run.model, run.loaders.validation)
     return val_logits
 
 
-def run_summary(cfg: TrainConfig, accelerator, tracker, state: TrainState, run_name: str, out_dir: Path, done: dict[str, Any],
-                train_seconds: float, wall0: float) -> dict[str, Any]:
+def run_summary(run: TrainingRun, done: dict[str, Any], train_seconds: float, wall0: float) -> dict[str, Any]:
     """The summary :func:`run` returns; the main process also logs timings and prints where things went."""
     from suffice.training.tracking import ui_command
 
+    cfg, accelerator, tracker, state, out_dir = run.cfg, run.accelerator, run.tracker, run.state, run.out_dir
+    run_name = state.run_name
     summary: dict[str, Any] = {"run_name": run_name, "output_dir": str(out_dir), "temperature": done["temperature"],
                                "thresholds": done["thresholds"], "train_seconds": train_seconds, "best_epoch": state.best_epoch,
                                "history": state.history, "mlflow_run_id": state.mlflow_run_id}
@@ -220,12 +224,11 @@ def resolve_mixed_precision(setting: str, cpu=None) -> str | None:
 
 
 def cpu_threads(cfg: TrainConfig) -> int:
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:
-        cores = os.cpu_count() or 1
+    """``torch_threads``, else this process's share of the usable cores (one share per local process)."""
+    from suffice.serving.cpu import usable_cores
+
     local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    return cfg.torch_threads or max(1, cores // max(local, 1))
+    return cfg.torch_threads or max(1, usable_cores() // max(local, 1))
 
 
 def find_resume_dir(cfg: TrainConfig) -> Path:
@@ -276,19 +279,20 @@ def machine_params() -> dict[str, Any]:
     return out
 
 
-def describe(cfg: TrainConfig, accelerator, run_name: str, out_dir: Path, encoded, weights, n_params: tuple[int, int],
-             steps_per_epoch: int, total_steps: int, num_epochs: int) -> dict[str, Any]:
+def describe(run: TrainingRun) -> dict[str, Any]:
     """Print the derived numbers of the run (nanoGPT-style) and return them for tracking."""
     import torch
 
     from suffice.serving.cpu import detect as detect_cpu
 
+    cfg, accelerator, encoded, weights = run.cfg, run.accelerator, run.encoded, run.weights
+    steps_per_epoch, total_steps, num_epochs = run.steps_per_epoch, run.total_steps, run.num_epochs
     stats = {name: packing_stats(encoded[name]) for name in ("train", "validation", "test")}
     counts = {name: (0 if encoded[name] is None else len(encoded[name])) for name in ("train", "validation", "test")}
     balance = np.bincount(np.asarray(encoded["train"]["labels"]), minlength=cfg.num_labels).tolist()
-    n_trainable, n_total = n_params
+    n_trainable, n_total = run.n_params
     accelerator.print(
-        f"suffice train: {run_name}\n"
+        f"suffice train: {run.state.run_name}\n"
         f"  task {cfg.task} / {cfg.label_scheme}, base {cfg.base_model}, {cfg.finetune}"
         + (f" (r={cfg.lora.r}, alpha={cfg.lora.alpha})" if cfg.finetune == "lora" else "") + "\n"
         f"  items train/validation/test {counts['train']}/{counts['validation']}/{counts['test']}; train classes "
@@ -301,22 +305,22 @@ def describe(cfg: TrainConfig, accelerator, run_name: str, out_dir: Path, encode
         f"{steps_per_epoch} steps/epoch, {total_steps} steps over {num_epochs} epoch(s), warm-up {int(cfg.warmup_ratio * total_steps)}\n"
         f"  trainable parameters {n_trainable:,} of {n_total:,} ({n_trainable / n_total:.1%}); lr {cfg.learning_rate:g}, "
         f"head lr {cfg.resolved_head_learning_rate():g}\n"
-        f"  output {out_dir}"
+        f"  output {run.out_dir}"
     )
     return {"stats": stats, "counts": counts}
 
 
-def start_tracking(cfg: TrainConfig, accelerator, tracker, state: TrainState, splits: Splits, encoded, derived: dict[str, Any],
-                   resumed: bool, commit: str | None, total_steps: int, n_trainable: int) -> None:
-    """Open (or, resumed, reopen) the MLflow run; a fresh run logs params, data stats, the resolved config and
-    the evaluated rows as MLflow datasets (``encoded``: the encoded splits)."""
+def start_tracking(run: TrainingRun, derived: dict[str, Any]) -> None:
+    """Open (or, resumed, reopen) the MLflow run; a fresh run logs params, data stats (``derived``:
+    what :func:`describe` returns), the resolved config and the evaluated rows as MLflow datasets."""
     from suffice.serving.config import config_to_dict, flatten
     from suffice.training.tracking import config_params, log_evaluation_data
 
+    cfg, accelerator, tracker, state, splits, commit = run.cfg, run.accelerator, run.tracker, run.state, run.splits, run.commit
     state.mlflow_run_id = tracker.start(state.run_name, run_id=state.mlflow_run_id, tags={
         "task": cfg.task, "base_model": cfg.base_model, "finetune": cfg.finetune, "label_source": splits.label_source,
         "data_hash": splits.data_hash, "mlflow.source.git.commit": commit or "unknown"})
-    if resumed:
+    if run.resumed:
         return
     params = config_params(cfg)
     if cfg.task == "sufficiency" and not cfg.train_file:  # the data section with its defaults filled in
@@ -324,11 +328,11 @@ def start_tracking(cfg: TrainConfig, accelerator, tracker, state: TrainState, sp
     tracker.log_params({**params, "git_commit": commit or "unknown", "data_hash": splits.data_hash,
                         "label_source": splits.label_source, "num_processes": accelerator.num_processes,
                         "effective_batch_size": cfg.effective_batch_size(accelerator.num_processes),
-                        "total_steps": total_steps, "trainable_parameters": n_trainable,
+                        "total_steps": run.total_steps, "trainable_parameters": run.n_params[0],
                         "mixed_precision_resolved": str(accelerator.mixed_precision), **machine_params(),
                         **{f"items_{k}": v for k, v in derived["counts"].items()}})
     tracker.log_metrics({f"data_{s}_{k}": v for s, m in derived["stats"].items() for k, v in m.items()}, step=0)
     tracker.log_text(dump_yaml(cfg), "resolved_config.yaml")
-    log_evaluation_data(tracker, encoded, splits.data_hash, splits.manifest)
+    log_evaluation_data(tracker, run.encoded, splits.data_hash, splits.manifest)
     if splits.manifest:
         tracker.log_text(json.dumps(splits.manifest, indent=2, default=str), "data_manifest.json")

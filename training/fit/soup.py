@@ -42,8 +42,10 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from suffice.serving.config import not_overrides
 from suffice.serving.jsonl import json_safe
 from suffice.training.fit.finalize import finalize
+from suffice.training.fit.config import normalise_argv
 from suffice.training.fit.meta import REQUIRED
 from suffice.training.tracking import RunTracker, git_commit, log_evaluation_data, ui_command
 
@@ -239,18 +241,45 @@ def choose(ingredients: Sequence[Ingredient], states: Sequence[Mapping[str, Any]
     return sorted(kept), trace
 
 
-def soup(specs: Sequence[str], output_dir: str | Path, *, method: str = "greedy", metric: str | None = None,
-         config: str | None = None, overrides: Sequence[str] = (), overwrite: bool = False) -> dict[str, Any]:
+@dataclass(frozen=True)
+class SoupRecipe:
+    """How the ingredients are chosen: ``method`` (``greedy`` or ``uniform``) and the validation ``metric``
+    (None: the config's ``early_stopping_metric``); bad values fail before any data is read.
+
+    >>> SoupRecipe("uniform", "auroc")
+    SoupRecipe(method='uniform', metric='auroc')
+    """
+
+    method: str = "greedy"
+    metric: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise SoupError(f"--method {self.method!r}: choose one of {', '.join(METHODS)}")
+        if self.metric is not None and self.metric not in METRICS:
+            raise SoupError(f"--metric {self.metric!r}: choose one of {', '.join(METRICS)}")
+
+
+@dataclass
+class ChosenSoup:
+    """The chosen ingredients (``kept``: indices), the soup's validation metrics and logits, and the
+    record of how it was chosen (``info``: method, metric, ingredients, trace)."""
+
+    kept: list[int]
+    validation: Mapping[str, float]
+    val_logits: np.ndarray
+    info: dict[str, Any]
+
+
+def soup(specs: Sequence[str], output_dir: str | Path, recipe: SoupRecipe = SoupRecipe(), *, config: str | None = None,
+         overrides: Sequence[str] = (), overwrite: bool = False) -> dict[str, Any]:
     """Make, calibrate, evaluate, save, log and register a soup of ``specs``; returns a summary."""
     wall0 = time.perf_counter()
-    if method not in METHODS:
-        raise SoupError(f"--method {method!r}: choose one of {', '.join(METHODS)}")
     out_dir = Path(output_dir)
-    if metric is not None and metric not in METRICS:  # an explicit --metric fails before any data is read
-        raise SoupError(f"--metric {metric!r}: choose one of {', '.join(METRICS)}")
     ingredients, states = load_ingredients(specs, out_dir, overwrite)
     bench = soup_bench(ingredients[0], config, overrides)
-    metric = metric or bench.cfg.early_stopping_metric
+    method = recipe.method
+    metric = recipe.metric or bench.cfg.early_stopping_metric
     if metric not in METRICS:
         raise SoupError(f"--metric {metric!r}: choose one of {', '.join(METRICS)}")
     kept, trace = choose(ingredients, states, bench, method, metric)
@@ -266,15 +295,15 @@ def soup(specs: Sequence[str], output_dir: str | Path, *, method: str = "greedy"
                  "ingredients": [{"model": ing.name, "path": str(ing.path), "run_id": (ing.meta.get("mlflow") or {}).get("run_id"),
                                   f"validation_{metric}": ing.validation[metric], "kept": i in kept} for i, ing in enumerate(ingredients)],
                  "trace": [{**t, "model": ingredients[t["ingredient"]].name} for t in trace]}
-    return finish(bench, ingredients, kept, val, val_logits, soup_info, out_dir, wall0)
+    return finish(bench, ingredients, ChosenSoup(kept, val, val_logits, soup_info), out_dir, wall0)
 
 
-def finish(bench: SoupBench, ingredients: Sequence[Ingredient], kept: Sequence[int], val: Mapping[str, float], val_logits: np.ndarray,
-           soup_info: dict[str, Any], out_dir: Path, wall0: float) -> dict[str, Any]:
+def finish(bench: SoupBench, ingredients: Sequence[Ingredient], chosen: ChosenSoup, out_dir: Path, wall0: float) -> dict[str, Any]:
     """Log the soup as an MLflow run, then :func:`~suffice.training.fit.finalize.finalize` it like a trained model."""
-    from suffice.training.fit.encode import eval_dataloader
-    from suffice.training.fit.loop import TrainState
+    from suffice.training.fit.encode import Loaders, eval_dataloader
+    from suffice.training.fit.loop import TrainingRun, TrainState
 
+    kept, val, val_logits, soup_info = chosen.kept, chosen.validation, chosen.val_logits, chosen.info
     cfg, splits, info, first, method, metric = bench.cfg, bench.splits, bench.info, ingredients[0], soup_info["method"], soup_info["metric"]
     run_name = cfg.tracking.run_name or f"{cfg.task}-soup-{time.strftime('%Y%m%d-%H%M%S')}"
     tracker = RunTracker(cfg.tracking.enabled, cfg.tracking.tracking_uri, cfg.tracking.experiment, True)
@@ -299,8 +328,10 @@ def finish(bench: SoupBench, ingredients: Sequence[Ingredient], kept: Sequence[i
         provenance = {k: v for k, v in first.meta.items() if k not in (*REQUIRED, "thresholds", "train_seconds", "metrics", "mlflow")}
         provenance.update({"finetune": "soup", "label_source": splits.label_source, "data_hash": splits.data_hash,
                            "git_commit": commit, "soup": json_safe(soup_info)})
-        done = finalize(cfg, bench.accelerator, bench.model, val_logits=val_logits, encoded=bench.encoded, test_dl=test_dl,
-                        tracker=tracker, state=state, base_dir=first.path, out_dir=out_dir, provenance=provenance)
+        soup_run = TrainingRun(cfg, bench.accelerator, bench.model, state=state, tracker=tracker, encoded=bench.encoded,
+                               loaders=Loaders(None, bench.val_dl, test_dl), out_dir=out_dir, base_dir=first.path, splits=splits,
+                               weights=bench.weights, commit=commit)
+        done = finalize(soup_run, val_logits, provenance)
         summary = {k: v for k, v in done.items() if k not in ("temperature", "thresholds", "val_report", "test_report", "test")}
         total = time.perf_counter() - wall0
         tracker.log_metrics({"wall_seconds": total})
@@ -333,12 +364,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args, rest = build_parser().parse_known_args(argv)
-    bad = [r for r in rest if not r.startswith("--")]
+    bad = not_overrides(normalise_argv(rest))  # bare --export / --resume read as =true, as in suffice train
     if bad:
         print(f"suffice soup: unexpected arguments {bad}: options are --key=value", file=sys.stderr)
         return 2
     try:
-        soup(args.models, args.output_dir, method=args.method, metric=args.metric, config=args.config, overrides=rest,
+        soup(args.models, args.output_dir, SoupRecipe(args.method, args.metric), config=args.config, overrides=rest,
              overwrite=args.overwrite)
     except (SoupError, FileNotFoundError) as e:
         print(f"suffice soup: {e}", file=sys.stderr)

@@ -42,16 +42,12 @@ from suffice.training.autorater.cli import setup_logging
 from suffice.training.autorater.labeling_config import DEFAULT_CONFIG, RATERS, LabelingConfig
 from suffice.training.autorater.prompts import get_prompt
 from suffice.training.autorater.raters import RaterConfigError
-from suffice.serving.config import ConfigError, build_config, config_from_dict, parse_overrides
+from suffice.serving.config import ConfigError, build_config, config_from_dict, not_overrides, parse_overrides
 from suffice.training.data.schema import SPLITS, DataFormatError
-from suffice.training.synth.candidates import build_candidates, synthetic_row, write_jsonl  # noqa: F401
-from suffice.training.synth.config import JUDGES, MAX_PER_PASSAGE, SynthConfig  # noqa: F401
-from suffice.training.synth.corpus import (CorpusEntry, existing_questions, load_corpus, make_seeds,  # noqa: F401
-                                           normalize_question, passage_id)
-from suffice.training.synth.judge import apply_verdicts, build_judge  # noqa: F401
+from suffice.training.synth.config import JUDGES, SynthConfig
 from suffice.training.synth.prompt import ALL_KINDS, GenerationPrompt
 from suffice.training.synth.report import SynthReport, log_to_mlflow
-from suffice.training.synth.run import SHIPPED_GENERATOR, import_synthetic, rejudge, synthesize  # noqa: F401
+from suffice.training.synth.run import import_synthetic, rejudge, synthesize
 
 PROG = "suffice synth"
 ACTIONS = ("import", "judge")
@@ -112,7 +108,7 @@ def _common(p: argparse.ArgumentParser, judge_choices: Sequence[str] | None = No
 
 def _split_overrides(rest: list[str]) -> tuple[list[str], list[str]]:
     """``--key=value`` arguments for SynthConfig and for LabelingConfig (unknown keys: an error naming both)."""
-    bad = [a for a in rest if not (a.startswith("--") and "=" in a)]
+    bad = not_overrides(rest)
     if bad:
         raise ConfigError(f"unexpected argument(s) {bad}: options are listed by --help, config overrides look like --key=value")
     synth_keys = {f.name for f in dataclasses.fields(SynthConfig)}
