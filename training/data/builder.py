@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from suffice.serving.config import ConfigError, config_to_dict
-from suffice.training.data.labels import agreement_by_source, apply_labels, cohen_kappa  # noqa: F401  (cohen_kappa: re-exported)
+from suffice.training.data.labels import agreement_by_source, apply_labels
 from suffice.training.data.loaders import (LoadReport, gold_label, hash_split, item_answers, load_items,
                                            read_autorater_labels, sha256_file)
 from suffice.training.data.pretrain import KINDS as PRETRAIN_KINDS

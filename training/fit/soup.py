@@ -4,7 +4,7 @@ A "model soup" (Wortsman et al., ICML 2022) averages the weights of several fine
 that share their pre-trained start: one model, served at the cost of one, that often keeps what
 each ingredient learnt better than any of them alone. Here, for instance, the demo model
 (strongest on squad2) and the weak-supervision model (strongest on qed and hotpotqa) average into
-one that keeps squad2 and gains on the other two (README, "Model soups").
+one that keeps squad2 and gains on the other two (benchmarks/results/2026-11-25/model-soups.md).
 
     suffice soup --models models/a models/b models/c --output_dir models/soup
     suffice soup --models models:/suffice-sufficiency-model/2 models/b --method uniform --output_dir models/soup
