@@ -13,46 +13,39 @@ lacks (``missing_aspects``) and why the score is what it is (``confidence_factor
 
 from __future__ import annotations
 
+import dataclasses
+
 import os
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterator, Mapping, Sequence
 
 from suffice.serving.bundle import DEFAULT_THRESHOLDS, INSUFFICIENT, LEVELS, PARTIAL, SUFFICIENT
-from suffice.serving.cpu import CpuInfo
 from suffice.serving.lexical import Coverage, keyword_coverage, stem, tokenize_words
 from suffice.serving.packing import PackedInput, normalise_passages
-from suffice.serving.runtime import MAX_BATCH_TOKENS, OnnxClassifier, RuntimeConfig
+from suffice.serving.runtime import OnnxClassifier, RuntimeConfig
 
 @dataclass(frozen=True)
-class ScorerConfig:
-    """How a :class:`SufficiencyScorer` runs and decides.
+class ScorerConfig(RuntimeConfig):
+    """How a :class:`SufficiencyScorer` runs and decides: the :class:`RuntimeConfig` fields (backend,
+    precision, intra_op_threads, inter_op_threads, verify_checksums, check_probe, max_batch_tokens,
+    cpu: how the bundle's model runs) plus what the scorer decides with.
 
-    backend: ``auto`` (the fastest variant the bundle holds that this CPU supports, checked against the
-        bundle's parity probe), ``onnxruntime`` or ``openvino`` (``pip install 'suffice[openvino]'``).
-    precision: ``auto``, ``int8``, ``fp32`` or ``bf16`` (OpenVINO on AMX / AVX-512 BF16 CPUs).
-    intra_op_threads: threads per inference (0 = one per physical core).
     batch_size: pairs per chunk in :meth:`SufficiencyScorer.score_batch` (each chunk is sorted by
         length and run in calls of at most ``max_batch_tokens`` padded tokens).
     thresholds: overrides of the manifest's ``sufficient`` / ``partial`` thresholds.
     borderline_margin: a score this close to a threshold is reported as borderline.
-    verify_checksums: refuse a bundle whose files do not match the manifest's sha256.
-    max_batch_tokens: padded tokens per model call inside a chunk.
-    cpu: the CPU to select the variant for (None: this machine's, ``suffice.serving.cpu.detect``).
+
+    >>> ScorerConfig(intra_op_threads=2, batch_size=8).runtime().intra_op_threads
+    2
     """
 
-    precision: str = "auto"
-    intra_op_threads: int = 0
     batch_size: int = 32
     thresholds: Mapping[str, float] | None = None
     borderline_margin: float = 0.05
-    verify_checksums: bool = True
-    backend: str = "auto"
-    max_batch_tokens: int = MAX_BATCH_TOKENS
-    cpu: CpuInfo | None = None
 
     def __post_init__(self) -> None:
-        self.runtime()  # validates backend, precision, threads, max_batch_tokens
+        super().__post_init__()  # validates backend, precision, threads, max_batch_tokens
         if not isinstance(self.batch_size, int) or self.batch_size < 1:
             raise ValueError(f"batch_size={self.batch_size!r} must be a positive integer")
         if self.thresholds is not None:
@@ -66,9 +59,8 @@ class ScorerConfig:
             raise ValueError(f"borderline_margin={self.borderline_margin!r} must be in [0, 0.5)")
 
     def runtime(self) -> RuntimeConfig:
-        """The :class:`RuntimeConfig` this scorer loads its bundle with."""
-        return RuntimeConfig(precision=self.precision, intra_op_threads=self.intra_op_threads, verify_checksums=self.verify_checksums,
-                             backend=self.backend, max_batch_tokens=self.max_batch_tokens, cpu=self.cpu)
+        """The :class:`RuntimeConfig` this scorer loads its bundle with (its own runtime fields)."""
+        return RuntimeConfig(**{f.name: getattr(self, f.name) for f in dataclasses.fields(RuntimeConfig)})
 
 
 @dataclass(frozen=True)

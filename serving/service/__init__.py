@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from suffice.serving.bundle import DEFAULT_THRESHOLDS, PARTIAL, SUFFICIENT, read_manifest
+from suffice.serving.config import not_overrides
 from suffice.serving.service.app import create_app
 from suffice.serving.service.errors import RedactingFilter, Redactor
 from suffice.serving.service.config import (
@@ -97,7 +98,7 @@ def check_threshold_overrides(bundle_thresholds, overrides) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``suffice serve``; returns the exit code."""
     args, rest = _parser().parse_known_args(argv)
-    bad = [a for a in rest if not (a.startswith("--") and "=" in a)]
+    bad = not_overrides(rest)
     if bad:
         print(f"suffice serve: unrecognised argument(s) {bad}: config overrides look like --section.key=value", file=sys.stderr)
         return 2
