@@ -257,7 +257,9 @@ def run_dir(cfg: TrainConfig, accelerator) -> tuple[str, Path, TrainState | None
             raise ConfigError(f"--resume: {out_dir}/checkpoints holds no complete checkpoint; start without --resume")
         state = TrainState.load(latest / STATE_FILE)
         return state.run_name, out_dir, state
-    run_name = cfg.tracking.run_name or f"{cfg.task}-{cfg.finetune}-{time.strftime('%Y%m%d-%H%M%S')}"
+    # the prepared data's name tells runs apart in the MLflow table (stage 0 "pretrain" vs the demo's "demo")
+    what = "-".join(p for p in (cfg.task, str(cfg.data.get("name") or ""), cfg.finetune) if p)
+    run_name = cfg.tracking.run_name or f"{what}-{time.strftime('%Y%m%d-%H%M%S')}"
     run_name = broadcast_object_list([run_name])[0]
     out_dir = cfg.resolved_output_dir(run_name)
     ckpt = out_dir / "checkpoints"
