@@ -6,16 +6,36 @@ from __future__ import annotations
 import pytest
 
 
-def test_headline_metrics_name_validation_only_sources():
-    """wiki-synthetic (validation only: synthetic questions never go to test) gets its own headline pair."""
+def test_headline_metrics_name_every_validation_source():
+    """Every validation source (wiki-synthetic too: never in test) and the source mean get headline columns, so a
+    stage-0 run without a test split compares with the final run on the same names."""
     from suffice.training.tracking import headline_metrics
 
     got = headline_metrics({"overall": {"macro_f1": 0.6}, "squad2": {"macro_f1": 0.5, "auroc": 0.7, "ece": 0.1}},
                            {"overall": {"macro_f1": 0.7}, "squad2": {"macro_f1": 0.9}, "wiki-synthetic": {"macro_f1": 0.8, "auroc": 0.85}},
                            {"coverage_at_sufficient": 0.25, "precision_at_sufficient": float("nan")})
     assert got == {"headline/test_macro_f1": 0.6, "headline/test_squad2_macro_f1": 0.5, "headline/test_squad2_auroc": 0.7,
-                   "headline/test_squad2_ece": 0.1, "headline/val_wiki-synthetic_macro_f1": 0.8,
-                   "headline/val_wiki-synthetic_auroc": 0.85, "headline/val_coverage_at_sufficient": 0.25}
+                   "headline/test_squad2_ece": 0.1, "headline/val_macro_f1": 0.7, "headline/val_squad2_macro_f1": 0.9,
+                   "headline/val_wiki-synthetic_macro_f1": 0.8, "headline/val_wiki-synthetic_auroc": 0.85,
+                   "headline/val_source_mean_macro_f1": pytest.approx(0.85), "headline/val_source_mean_auroc": 0.85,
+                   "headline/val_coverage_at_sufficient": 0.25}
+    stage0 = headline_metrics(None, {"overall": {"macro_f1": 0.7}, "squad2": {"macro_f1": 0.9}})
+    assert {k for k in got if k.startswith("headline/val_")} >= set(stage0)  # the same names without a test split
+
+
+def test_the_experiment_is_marked_for_model_development(tmp_path):
+    """The MLflow UI opens a "GenAI" experiment on its traces page; suffice's experiment says what it is."""
+    from mlflow.tracking import MlflowClient
+
+    from suffice.training.tracking import EXPERIMENT_KIND, setup
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri)
+    old = client.create_experiment("older")  # a store made before the tag existed gets it on the next run
+    assert client.get_experiment(old).tags.get("mlflow.experimentKind") is None
+    for name in ("suffice", "older"):
+        exp_id = setup(uri, name)
+        assert client.get_experiment(exp_id).tags["mlflow.experimentKind"] == EXPERIMENT_KIND["mlflow.experimentKind"]
 
 
 def test_a_failing_dataset_record_does_not_fail_the_run(tmp_path, monkeypatch, capsys):

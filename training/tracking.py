@@ -38,7 +38,9 @@ from suffice.training.paths import REPO_ROOT, default_artifact_location, default
 MAX_PARAM_CHARS = 6000  # MLflow's limit on a param value
 HEADLINE = "headline"  # the metric prefix (the UI groups charts by the part before "/")
 HEADLINE_TEST = ("macro_f1", "auroc", "ece")  # overall and per test source
-HEADLINE_VALIDATION = ("macro_f1", "auroc")  # per validation-only source (wiki-synthetic: never in test)
+HEADLINE_VALIDATION = ("macro_f1", "auroc", "ece")  # per validation source: every run has them, stage 0 included
+# MLflow's UI opens an experiment by its kind: without the tag it may infer "GenAI" and land on traces
+EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
 EVALUATION_COLUMNS = ("id", "source", "question", "labels", "label_source")  # what a logged dataset row holds
 
 
@@ -77,8 +79,9 @@ def headline_metrics(test: Mapping[str, Mapping[str, float]] | None, validation:
     """The numbers that decide between two models, under ``headline/``:
 
     - ``headline/test_macro_f1``, ``_auroc``, ``_ece`` overall, and ``headline/test_<source>_macro_f1``... per test source;
-    - ``headline/val_<source>_macro_f1`` and ``_auroc`` for each validation source that has no test rows
-      (``wiki-synthetic``: synthetic questions never go to test), calibrated;
+    - ``headline/val_macro_f1``, ``_auroc``, ``_ece`` overall and ``headline/val_<source>_...`` for every validation
+      source, calibrated, plus ``headline/val_source_mean_macro_f1`` / ``_auroc`` (the selection metric): every run
+      logs these, a stage-0 run without a test split too, so any two runs compare on the same columns;
     - ``headline/val_coverage_at_sufficient`` and ``headline/val_precision_at_sufficient``: how decisive the
       model is at the ``sufficient`` threshold (0.8) on validation; ``headline/test_coverage_at_sufficient`` on test.
 
@@ -87,11 +90,13 @@ def headline_metrics(test: Mapping[str, Mapping[str, float]] | None, validation:
 
     >>> headline_metrics({"overall": {"macro_f1": 0.7, "auroc": 0.8, "ece": 0.05, "share_at_sufficient": 0.1},
     ...                   "squad2": {"macro_f1": 0.6, "auroc": float("nan")}},
-    ...                  {"overall": {}, "squad2": {}, "wiki-synthetic": {"macro_f1": 0.9, "auroc": 0.95}},
+    ...                  {"overall": {"macro_f1": 0.8}, "squad2": {"macro_f1": 0.7}, "wiki-synthetic": {"macro_f1": 0.9, "auroc": 0.95}},
     ...                  {"coverage_at_sufficient": 0.2})  # doctest: +NORMALIZE_WHITESPACE
     {'headline/test_macro_f1': 0.7, 'headline/test_auroc': 0.8, 'headline/test_ece': 0.05,
      'headline/test_coverage_at_sufficient': 0.1, 'headline/test_squad2_macro_f1': 0.6,
+     'headline/val_macro_f1': 0.8, 'headline/val_squad2_macro_f1': 0.7,
      'headline/val_wiki-synthetic_macro_f1': 0.9, 'headline/val_wiki-synthetic_auroc': 0.95,
+     'headline/val_source_mean_macro_f1': 0.8, 'headline/val_source_mean_auroc': 0.95,
      'headline/val_coverage_at_sufficient': 0.2}
     """
     import math
@@ -104,9 +109,14 @@ def headline_metrics(test: Mapping[str, Mapping[str, float]] | None, validation:
     for src, m in test.items():
         if src != "overall":
             out.update({f"test_{src}_{k}": m.get(k) for k in HEADLINE_TEST})
+    out.update({f"val_{k}": validation.get("overall", {}).get(k) for k in HEADLINE_VALIDATION})
     for src, m in validation.items():
-        if src != "overall" and src not in test:
+        if src != "overall":
             out.update({f"val_{src}_{k}": m.get(k) for k in HEADLINE_VALIDATION})
+    for k in ("macro_f1", "auroc"):  # the mean over validation sources: what early stopping selects on
+        vals = [m.get(k) for src, m in validation.items() if src != "overall"]
+        vals = [v for v in vals if isinstance(v, (int, float)) and math.isfinite(v)]
+        out[f"val_source_mean_{k}"] = sum(vals) / len(vals) if vals else None
     levels = validation_levels or {}
     out.update({f"val_{k}": levels.get(k) for k in ("coverage_at_sufficient", "precision_at_sufficient")})
     return {f"{HEADLINE}/{k}": float(v) for k, v in out.items() if isinstance(v, (int, float)) and math.isfinite(v)}
@@ -166,9 +176,12 @@ def setup(tracking_uri: str | None = None, experiment: str = "suffice") -> str:
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
     exp = client.get_experiment_by_name(experiment)
     if exp is not None:
+        for k, v in EXPERIMENT_KIND.items():
+            if exp.tags.get(k) != v:  # stores made before suffice set the kind
+                client.set_experiment_tag(exp.experiment_id, k, v)
         return exp.experiment_id
     location = default_artifact_location() if uri.startswith("sqlite:") else None
-    return client.create_experiment(experiment, artifact_location=location)
+    return client.create_experiment(experiment, artifact_location=location, tags=EXPERIMENT_KIND)
 
 
 class RunTracker:
