@@ -59,7 +59,7 @@ batch_body = st.lists(sufficiency_body, max_size=4) | st.lists(st.just({"questio
 artifact = st.fixed_dictionaries({"id": texts | json_values, "kind": st.sampled_from(["system", "task", "message", "document", "video"]) | json_values,
                                   "content": texts}, optional={"authority": numbers, "priority": numbers})
 context_gate_body = maybe_extra(st.fixed_dictionaries({"artifacts": st.lists(artifact, max_size=6) | json_values},
-                                                      optional={"query": texts | json_values, "budget_tokens": numbers, "max_docs": numbers}))
+                                                      optional={"question": texts | json_values, "budget_tokens": numbers, "max_docs": numbers}))
 chunk = texts | st.fixed_dictionaries({"text": texts}, optional={"score": numbers, "title": texts, "id": texts | numbers}) | json_values
 threshold_keys = st.sampled_from(["min_retrieval_confidence", "min_context_chars", "reject_insufficient", "min_relevance",
                                   "model_weight", "min_citation_coverage", "min_grounding", "support_overlap", "bogus"])
@@ -84,7 +84,7 @@ valid = {
         {"artifacts": st.lists(st.fixed_dictionaries({"id": st.text(min_size=1, max_size=6),
                                                       "kind": st.sampled_from(["system", "task", "message", "document"]),
                                                       "content": texts}), max_size=6, unique_by=lambda a: a["id"])},
-        optional={"budget_tokens": st.integers(1, 5000), "max_docs": st.integers(0, 10), "query": questions}),
+        optional={"budget_tokens": st.integers(1, 5000), "max_docs": st.integers(0, 10), "question": questions}),
     "/v1/safety-check": st.fixed_dictionaries(
         {"question": questions, "chunks": st.lists(texts | st.fixed_dictionaries({"text": texts, "score": st.floats(0, 1)}), max_size=4)},
         optional={"answer": texts}),

@@ -83,6 +83,10 @@ def test_context_gate_admits_excludes_with_reasons(client):
     assert "[document:d1]" in body["context"] and body["tokens_used"] <= body["budget_tokens"] == 1024
     tight = client.post("/v1/context-gate", json={"artifacts": arts, "budget_tokens": 12}).json()
     assert "budget" in {e["reason"] for e in tight["excluded"]} and tight["tokens_used"] <= 12
+    named = client.post("/v1/context-gate", json={"artifacts": arts, "question": "Where do shoes come from?", "max_docs": 1})
+    assert named.status_code == 200 and "ad" in [a["id"] for a in named.json()["admitted"]], named.text  # the question decides
+    old = client.post("/v1/context-gate", json={"artifacts": arts, "query": "What is the capital of France?"})
+    assert old.status_code == 422 and "'query' is now 'question'" in old.json()["error"]["message"], old.text
 
 
 def test_safety_check_returns_the_full_result(client):

@@ -77,11 +77,11 @@ async def sufficiency(body: Annotated[SufficiencyBody, Body()], state: State) ->
           summary="Choose which artifacts enter the prompt under a token budget and a document cap")
 async def context_gate(req: ContextGateRequest, state: State) -> dict[str, Any]:
     t0 = time.perf_counter()
-    state.check_item("", len(req.artifacts), text_chars(req.artifacts) + len(req.query or ""), what="artifacts")
+    state.check_item("", len(req.artifacts), text_chars(req.artifacts) + len(req.question or ""), what="artifacts")
     state.check_unique_ids([a.id for a in req.artifacts], "artifacts")
     gate = ContextGate(state.scorer, state.config.context_gate)
     arts = [a.model_dump() for a in req.artifacts]
-    sel = await state.run_model(gate.select, arts, req.query, req.budget_tokens, req.max_docs, param="artifacts")
+    sel = await state.run_model(gate.select, arts, req.question, req.budget_tokens, req.max_docs, param="artifacts")
     return {
         "admitted": [{"id": a.id, "kind": a.kind, "content": a.content, "authority": a.authority, "priority": a.priority}
                      for a in sel.admitted],

@@ -124,9 +124,23 @@ class ArtifactIn(Strict):
     priority: Finite = 0.0
 
 
+def no_query_key(v: Any) -> Any:
+    """``query`` was the safety and context-gate routes' old name for the question: say so instead of
+    "extra inputs are not permitted"."""
+    if isinstance(v, dict) and "query" in v:
+        raise ValueError("'query' is now 'question' (the name every route uses): rename the field")
+    return v
+
+
 class ContextGateRequest(Strict):
     artifacts: list[ArtifactIn] = Field(description="Artifact ids must be unique (repeated ids: 409 duplicate_ids).")
-    query: Text | None = Field(None, description="Defaults to the last message artifact.")
+    question: Text | None = Field(None, description="Defaults to the last message artifact.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _query_is_question(cls, data: Any) -> Any:
+        return no_query_key(data)
+
     budget_tokens: int_in(1, 1_000_000) | None = Field(None, description="Defaults to context_gate.budget_tokens.")
     max_docs: int_in(0, MAX_DOCS_LIMIT) | None = Field(None, description="Defaults to context_gate.max_docs.")
 
@@ -176,11 +190,6 @@ class SafetyThresholdsIn(Strict):
     support_overlap: Fraction | None = None
 
 
-def no_query_key(v: Any) -> Any:
-    """``query`` was this route's old name for the question: say so instead of "extra inputs are not permitted"."""
-    if isinstance(v, dict) and "query" in v:
-        raise ValueError("'query' is now 'question' (the name every route uses): send {\"question\": ..., \"chunks\": [...]}")
-    return v
 
 
 class SafetyRequest(Strict):
