@@ -321,6 +321,8 @@ def main(argv: list[str] | None = None) -> int:
     passage = ("Frederic Chopin was a Polish composer. He left Warsaw in 1830, shortly before the November Uprising. "
                "He settled in Paris, where he taught piano and composed. ") * 12
     results["end_to_end_score_256_window"] = stats(timed(lambda: scorer.score("When did Chopin leave Warsaw?", [passage]), 10, 300, args.budget_s), 1)
+    results["rag_context_10_paragraphs"] = rag_context(scorer, args.budget_s)
+    print(json.dumps({"rag_context_10_paragraphs": results["rag_context_10_paragraphs"]}), flush=True)
     results["file_sizes_mb"] = {f.name: round(f.stat().st_size / 1e6, 2) for f in bundle.iterdir()}
     if args.gate_bundle:
         results["gate_decide_128"] = gate_latency_128(args.gate_bundle, bundle_variants(Path(args.gate_bundle), cpu, with_ov),
@@ -341,6 +343,32 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps({k: results.get(k) for k in ("auto_variant", "end_to_end_score_256_window", "file_sizes_mb", "memory",
                                                    "gate_decide_128")}, indent=1))
     return 0
+
+
+def rag_paragraphs(n: int = 10, seed: int = 0) -> list[dict[str, str]]:
+    """``n`` retrieved-looking paragraphs of ~130 tokens each (~1,300 in all), one of them holding the answer."""
+    rng = np.random.default_rng(seed)
+    words = ("the city council river museum bridge century railway station treaty army festival library harbour "
+             "university cathedral population industry mountain island province district market").split()
+    out = []
+    for k in range(n):
+        sents = [" ".join(rng.choice(words, size=int(rng.integers(12, 20)))).capitalize() + "." for _ in range(6)]
+        if k == n // 2:
+            sents[3] = "Frederic Chopin left Warsaw in 1830, shortly before the November Uprising."
+        out.append({"title": f"Paragraph {k}", "text": " ".join(sents)})
+    return out
+
+
+def rag_context(scorer, budget_s: float) -> dict:
+    """A real RAG request: ten retrieved paragraphs (~1,300 tokens) through the packing into the window, one by
+    one and as ``score_batch`` of 8 and 32 such items; the tokens the packer kept of the total."""
+    question, passages = "When did Chopin leave Warsaw?", rag_paragraphs()
+    packed = scorer._model.packer_for(None).pack(question, passages)
+    out = {"context_tokens_total": int(packed.context_tokens_total), "context_tokens_kept": int(packed.context_tokens_kept),
+           "batch_1": stats(timed(lambda: scorer.score(question, passages), 5, 200, budget_s), 1)}
+    for b in (8, 32):
+        out[f"batch_{b}"] = stats(timed(lambda: scorer.score_batch([question] * b, [passages] * b), 2, 50, budget_s, warmup=1), b)
+    return out
 
 
 if __name__ == "__main__":
