@@ -25,6 +25,9 @@ class Reader(CalibrationDataReader):
     def get_next(self): return next(self.it, None)
 import tempfile
 work = tempfile.mkdtemp(prefix="suffice-qdq-")
+import os
+B = os.path.abspath(B)
+os.chdir(work)  # the quantiser writes its calibration model's external data into the working directory
 pre = f"{work}/model.pre.onnx"
 quant_pre_process(f"{B}/model.onnx", pre, skip_optimization=False, skip_symbolic_shape=True)
 out = {}
