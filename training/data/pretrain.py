@@ -16,7 +16,7 @@ string occurs in its passage (and whose gold label, where it has one, is not "in
     another paragraph of the same article (same title) that holds no answer string; else a
     paragraph of another title. Paragraphs that also occur in a validation/test row are never used.
 ``labelled`` (optional kind)
-    every labelled train row that gives no ``s0_own`` row, as it is (its own label and label
+    every labelled train row stage 0 did not rebuild into constructed rows, as it is (its own label and label
     source): the real unanswerable questions, the teacher's minimal-pair edits and label-0
     questions, multi-passage items, constructed variants. With it stage 0 reads the question-side
     contrasts too, not only the context-side ones it constructs.
