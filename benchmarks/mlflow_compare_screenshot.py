@@ -1,21 +1,24 @@
-"""Screenshot MLflow's comparison of two registered versions of ``suffice-sufficiency`` in headless Chromium.
+"""Screenshot what the MLflow UI shows of two registered versions of ``suffice-sufficiency``, in headless Chromium.
 
-It checks what issue 20 asks of the registry: two versions side by side show their runs' params
-(what differs), the signature, and the per-source ``headline/`` metrics.
+Three pages, each checked for what a user compares versions by: the experiment's runs table in
+suffice's ``suffice-headline`` view (model-training mode, the headline metrics as columns), the
+registered model's page (each version's description opens with its headline numbers), and MLflow's
+side-by-side comparison of the two versions (their runs' params, the signature, every ``headline/``
+metric).
 
     python benchmarks/mlflow_compare_screenshot.py                       # build a tiny store, 2 versions
     python benchmarks/mlflow_compare_screenshot.py --store /tmp/mlruns --versions 1 2   # an existing store
-    python benchmarks/mlflow_compare_screenshot.py --out benchmarks/results/2026-11-28/mlflow-compare.png
+    python benchmarks/mlflow_compare_screenshot.py --out-dir benchmarks/results/2026-12-02   # mlflow-{runs,versions,compare}.png
 
 Without ``--store`` it trains two tiny random models (all-MiniLM-L6-v2's tokenizer, a 2-layer
 32-wide BERT: the test suite's recipe) on ``tests/fixtures/train20.jsonl`` plus one validation
 row marked ``wiki-synthetic`` (the real data's validation-only source), with different ``lora.r``
 and learning rates, exports and registers each (versions 1 and 2) into ``<workdir>/mlruns``. Their
 numbers only show that the code paths work. Then it starts ``mlflow ui --workers 1`` on
-127.0.0.1, opens ``#/compare-model-versions`` for the two versions in Chromium (Debian's
-``chromium`` + ``chromium-driver``, driven by selenium: ``pip install 'suffice[screenshots]'``),
-closes the assistant side panel, turns the Metrics section's "Show diff only" off, scrolls its
-table to the ``headline/`` rows (letting that 400-px box grow to hold them all) and saves a palette PNG.
+127.0.0.1 and opens the three pages in Chromium (Debian's ``chromium`` + ``chromium-driver``,
+driven by selenium: ``pip install 'suffice[screenshots]'``), closing the assistant side panel; on
+the comparison it turns the Metrics section's "Show diff only" off and scrolls its table to the
+``headline/`` rows (letting that 400-px box grow to hold them all). PNGs are saved as palettes.
 
 Needs: the ``train`` extra, selenium, ``/usr/bin/chromium`` and ``/usr/bin/chromedriver``
 (``apt-get install -y chromium chromium-driver``). Takes ~2 minutes on 2 busy cores.
@@ -138,42 +141,72 @@ return head.map(r => r.querySelector('th, td').textContent.trim());
 """
 
 
-def screenshot(url: str, out: Path, width: int, height: int) -> None:
-    """Open ``url`` in headless Chromium, close the assistant panel, wait for the headline rows, save a PNG."""
+def chromium(width: int, height: int):
+    """Headless Debian Chromium driven by selenium."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
 
     opts = webdriver.ChromeOptions()
     opts.binary_location = "/usr/bin/chromium"
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", f"--window-size={width},{height}"):
         opts.add_argument(arg)
-    driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=opts)
-    try:
-        driver.get(url)
-        WebDriverWait(driver, 90).until(lambda d: "headline/" in d.find_element(By.TAG_NAME, "body").text)
-        for button in driver.find_elements(By.CSS_SELECTOR, "button[aria-label]"):
-            label = (button.get_attribute("aria-label") or "").lower()
-            if "close" in label and button.is_displayed():  # the "MLflow Assistant" side panel takes a third of the width
-                button.click()
-                break
-        switches = driver.find_elements(By.CSS_SELECTOR, "[role=switch]")
-        if switches and switches[-1].get_attribute("aria-checked") == "true":
-            switches[-1].click()  # the Metrics section's "Show diff only": every headline row, equal or not
-            time.sleep(1)
-        shown = driver.execute_script(HEADLINE_ROWS_JS)
-        time.sleep(2)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        driver.save_screenshot(str(out))
-        body = driver.find_element(By.TAG_NAME, "body").text
-    finally:
-        driver.quit()
+    return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=opts)
+
+
+def open_page(driver, url: str, wait_for: str) -> str:
+    """Load ``url``, wait until the page shows ``wait_for``, close the "MLflow Assistant" side panel (a
+    third of the width); returns the page text."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver.get(url)
+    WebDriverWait(driver, 90).until(lambda d: wait_for in d.find_element(By.TAG_NAME, "body").text)
+    for button in driver.find_elements(By.CSS_SELECTOR, "button[aria-label]"):
+        label = (button.get_attribute("aria-label") or "").lower()
+        if "close" in label and button.is_displayed():
+            button.click()
+            break
+    time.sleep(2)
+    return driver.find_element(By.TAG_NAME, "body").text
+
+
+def screenshot_compare(driver, url: str, out: Path) -> None:
+    """The comparison of two versions, with every ``headline/`` row of its Metrics table in view."""
+    from selenium.webdriver.common.by import By
+
+    body = open_page(driver, url, "headline/")
+    switches = driver.find_elements(By.CSS_SELECTOR, "[role=switch]")
+    if switches and switches[-1].get_attribute("aria-checked") == "true":
+        switches[-1].click()  # the Metrics section's "Show diff only": every headline row, equal or not
+        time.sleep(1)
+    shown = driver.execute_script(HEADLINE_ROWS_JS)
+    time.sleep(2)
+    driver.save_screenshot(str(out))
     missing = [w for w in ("Comparing 2 Versions", "Parameters", "lora.r", "Schema") if w not in body]
-    missing += [w for w in ("headline/test_macro_f1", "headline/test_squad2_macro_f1", "headline/test_qed_macro_f1") if w not in shown]
+    missing += [w for w in ("headline/val_source_mean_macro_f1", "headline/val_squad2_macro_f1", "headline/val_qed_macro_f1") if w not in shown]
     if missing:
         raise RuntimeError(f"the comparison page does not show {missing}: look at {out}")
     print("headline rows in view:", ", ".join(shown))
+
+
+def screenshot_runs(driver, url: str, out: Path, run_names: list[str]) -> None:
+    """The experiment's runs table in its ``suffice-headline`` view: the headline metrics as columns."""
+    body = open_page(driver, url, run_names[0])
+    driver.save_screenshot(str(out))
+    missing = [w for w in (*run_names, "headline/val_source_mean_macro_f1", "Models") if w not in body]
+    if "GenAI" in driver.current_url or "overview" in driver.current_url:
+        missing.append("the runs table (the UI opened the GenAI overview)")
+    if missing:
+        raise RuntimeError(f"the runs table does not show {missing}: look at {out}")
+
+
+def screenshot_versions(driver, url: str, out: Path, versions: list[str]) -> None:
+    """The registered model's page: its versions, each description opening with the headline numbers."""
+    body = open_page(driver, url, "Versions")
+    driver.save_screenshot(str(out))
+    missing = [w for w in (*(f"Version {v}" for v in versions), "val source-mean F1") if w not in body]
+    if missing:
+        raise RuntimeError(f"the registered model's page does not show {missing}: look at {out}")
 
 
 def shrink(png: Path) -> None:
@@ -188,26 +221,46 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--store", type=Path, default=None, help="an existing mlruns folder (mlflow.db inside); default: build a tiny one")
     ap.add_argument("--versions", nargs=2, default=None, help="the two versions of suffice-sufficiency to compare (with --store)")
     ap.add_argument("--workdir", type=Path, default=None, help="where the tiny store is built (default: a temporary folder)")
-    ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "2026-11-28" / "mlflow-compare.png")
-    ap.add_argument("--size", default="1500x2300", help="browser window WIDTHxHEIGHT (the screenshot's size)")
+    ap.add_argument("--out-dir", type=Path, default=REPO / "benchmarks" / "results" / time.strftime("%Y-%m-%d"),
+                    help="where mlflow-runs.png, mlflow-compare.png and mlflow-versions.png go")
+    ap.add_argument("--size", default="1600x2300", help="browser window WIDTHxHEIGHT of the comparison (the others are 1600x900)")
     args = ap.parse_args(argv)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="suffice-mlflow-compare-"))
     if args.store:
         store, versions = args.store, args.versions or ["1", "2"]
     else:
         store, versions = build_store(workdir)
+    from mlflow.tracking import MlflowClient
+
+    from suffice.training.tracking import runs_table_url
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{store / 'mlflow.db'}", registry_uri=f"sqlite:///{store / 'mlflow.db'}")
+    runs = [client.get_run(client.get_model_version(NAME, v).run_id) for v in versions]
     port = free_port()
     ui = start_ui(store, port)
+    outs = {k: args.out_dir / f"mlflow-{k}.png" for k in ("runs", "compare", "versions")}
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    base = f"http://127.0.0.1:{port}"
     try:
-        url = compare_url(port, store, versions)
-        print(f"comparing {NAME} versions {versions}: {url}")
         width, height = (int(x) for x in args.size.split("x"))
-        screenshot(url, args.out, width, height)
+        driver = chromium(width, 900)
+        try:
+            screenshot_runs(driver, runs_table_url(runs[0].info.experiment_id, base), outs["runs"], [r.info.run_name for r in runs])
+            driver.set_window_size(width, 1700)  # both versions' rows, each as tall as its tags
+            screenshot_versions(driver, f"{base}/#/models/{NAME}", outs["versions"], versions)
+            driver.set_window_size(width, height)
+            url = compare_url(port, store, versions)
+            print(f"comparing {NAME} versions {versions}: {url}")
+            screenshot_compare(driver, url, outs["compare"])
+        finally:
+            driver.quit()
     finally:
         ui.terminate()
         ui.wait(timeout=30)
-    shrink(args.out)
-    print(f"wrote {args.out} ({args.out.stat().st_size // 1024} KiB); store {store}")
+    for png in outs.values():
+        shrink(png)
+        print(f"wrote {png} ({png.stat().st_size // 1024} KiB)")
+    print(f"store {store}")
     return 0
 
 

@@ -189,6 +189,7 @@ def test_registered_bundle_versions_carry_signature_example_and_the_runs_numbers
 
     from pyfunc_support import mlflow_store, tiny_bundle
     from suffice.training.export.registry import register_bundle
+    from suffice.training.tracking import HEADLINE_COLUMNS, headline_summary
 
     _, summary, uri = trained
     store = tmp_path / "store"  # a copy of the trained store: registering here leaves the shared one as the other tests expect
@@ -209,8 +210,10 @@ def test_registered_bundle_versions_carry_signature_example_and_the_runs_numbers
             mv = client.get_model_version("suffice-sufficiency", version)
             assert mv.run_id == run_id
             run_metrics = client.get_run(run_id).data.metrics
+            # the runs table's headline columns as tags (the versions table lists every tag in a version's row)
             assert {k: v for k, v in mv.tags.items() if k.startswith("headline/")} == {
-                k: f"{v:.4f}" for k, v in run_metrics.items() if k.startswith("headline/")}
+                k: f"{v:.4f}" for k, v in run_metrics.items() if k.startswith("headline/") and k[len("headline/"):] in HEADLINE_COLUMNS}
+            assert mv.description.startswith(headline_summary(run_metrics)), mv.description
             info = mlflow.models.get_model_info(f"models:/suffice-sufficiency/{version}")
             assert info.signature.inputs.input_names() == ["question", "passages", "context"]
             assert info.signature.outputs.input_names() == ["score", "level", "latency_ms"]

@@ -9,7 +9,10 @@
    trained-model folder goes to ``suffice-sufficiency-model``);
 4. point the alias ``candidate`` at the new bundle version (checked to resolve to a valid
    bundle) and print the commands that use it: ``suffice serve``, ``suffice score``,
-   ``mlflow.pyfunc.load_model``, and ``suffice promote`` to make it ``production``.
+   ``mlflow.pyfunc.load_model``, and ``suffice promote`` to make it ``production``;
+5. stage 0 is exported and registered too (the version before the candidate), so the registry holds
+   two versions to compare: the demo prints the MLflow UI's runs table (headline columns) and its
+   side-by-side comparison of the two versions.
 
 With ``--no-export`` nothing servable is registered (and no alias is set).
 
@@ -130,7 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     if stage0:
         stage0_dir = str(Path(out_dir) / "stage0")
         print("\n== 2/3  stage 0: a (question, passage) pair reader from rows that cost nothing ==", flush=True)
-        rc = launch(args.pretrain_config, [*precision, f"--output_dir={stage0_dir}", *first], env)
+        # exported and registered too: the version the candidate is compared with in the registry
+        register0 = [] if args.no_export else ["--export=true", "--tracking.register=true"]
+        rc = launch(args.pretrain_config, [*precision, *register0, f"--output_dir={stage0_dir}", *first], env)
         if rc:
             print(f"suffice demo: stage 0 failed with exit code {rc} (see the messages above)", file=sys.stderr)
             return rc
@@ -150,8 +155,38 @@ def main(argv: list[str] | None = None) -> int:
         print(f"suffice demo: training wrote no bundle under {bundle} (the export failed: see above)", file=sys.stderr)
         rc = 1
     print(f"\ndemo finished in {time.perf_counter() - t0:.0f} s.")
-    print("Compare runs and registered versions in the MLflow UI: `make mlflow-ui`, then open http://127.0.0.1:5000")
+    for line in compare_lines([Path(out_dir) / "stage0" / "bundle", bundle] if stage0 else [bundle]):
+        print(line)
     return rc
+
+
+def compare_lines(bundles: list[Path]) -> list[str]:
+    """Where the MLflow UI compares what the demo made: the runs table with the headline columns and,
+    for two registered bundles (stage 0 and the candidate), MLflow's side-by-side view of the two versions."""
+    from suffice.serving.bundle import read_manifest
+    from suffice.training.tracking import compare_versions_url, runs_table_url
+
+    port = os.environ.get("MLFLOW_PORT", "5000")
+    base = f"http://127.0.0.1:{port}"
+    manifests = [read_manifest(b) for b in bundles if (b / MANIFEST_NAME).is_file()]
+    registered = [m for m in manifests if m.registered_model and m.model_version and m.mlflow_run_id]
+    lines = [f"Compare runs and registered versions in the MLflow UI: `make mlflow-ui{'' if port == '5000' else f' MLFLOW_PORT={port}'}`, then open"]
+    experiment_id = experiment_of(registered[-1].mlflow_run_id) if registered else None
+    lines.append(f"  runs:     {runs_table_url(experiment_id, base)}" if experiment_id else f"  {base}")
+    if len(registered) >= 2 and len({m.registered_model for m in registered}) == 1:
+        runs = {m.model_version: m.mlflow_run_id for m in registered}
+        lines.append(f"  versions {' and '.join(runs)} side by side: {compare_versions_url(registered[0].registered_model, runs, base)}")
+    return lines
+
+
+def experiment_of(run_id: str) -> str | None:
+    """The experiment id of a run in the project's store (None when the store cannot say)."""
+    from suffice.training.export.registry import mlflow_client
+
+    try:
+        return mlflow_client().get_run(run_id).info.experiment_id
+    except Exception:  # a store that moved or a run that was deleted: print the plain UI address
+        return None
 
 
 CANDIDATE_ALIAS = "candidate"

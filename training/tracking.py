@@ -14,7 +14,8 @@ Two things make runs and registered versions comparable in the MLflow UI:
   their digest and rows per source, so two runs evaluated on the same rows show the same digest;
 - the few numbers that decide between two models are logged a second time under the
   ``headline/`` prefix (:func:`headline_metrics`), which the UI's chart view shows as one
-  section and which registered versions carry as tags (:func:`headline_tags`).
+  section, the runs table shows as columns (the experiment's ``suffice-headline`` view) and registered
+  versions carry as tags and in their description (:func:`headline_tags`, :func:`headline_summary`).
 
 Only the main process talks to MLflow; on the others a :class:`RunTracker` does nothing.
 
@@ -41,6 +42,19 @@ HEADLINE_TEST = ("macro_f1", "auroc", "ece")  # overall and per test source
 HEADLINE_VALIDATION = ("macro_f1", "auroc", "ece")  # per validation source: every run has them, stage 0 included
 # MLflow's UI opens an experiment by its kind: without the tag it may infer "GenAI" and land on traces
 EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
+# The runs table as a view saved on the experiment (MLflow's "shared view": the experiment tag
+# mlflow.sharedViewState.<key>, opened with ?viewStateShareKey=<key>): the headline metrics as columns.
+HEADLINE_VIEW = "suffice-headline"
+HEADLINE_COLUMNS = ("val_source_mean_macro_f1", "val_squad2_macro_f1", "val_squad2_auroc", "val_qed_macro_f1",
+                    "val_hotpotqa-fullwiki_macro_f1", "val_ece", "val_coverage_at_sufficient", "test_macro_f1", "test_squad2_macro_f1")
+# (label, headline key) of the one-line summary a registered version carries as its description
+HEADLINE_SUMMARY = (("val source-mean F1", "val_source_mean_macro_f1"), ("squad2 F1", "val_squad2_macro_f1"),
+                    ("squad2 AUROC", "val_squad2_auroc"), ("qed F1", "val_qed_macro_f1"),
+                    ("hotpotqa F1", "val_hotpotqa-fullwiki_macro_f1"), ("ECE", "val_ece"),
+                    ("coverage@0.8", "val_coverage_at_sufficient"), ("test F1", "test_macro_f1"),
+                    ("test squad2 F1", "test_squad2_macro_f1"), ("test squad2 AUROC", "test_squad2_auroc"))
+# MLflow 3's UI opens experiments in its global "GenAI" mode unless the link names the workflow
+UI_WORKFLOW = "workflowType=machine_learning"
 EVALUATION_COLUMNS = ("id", "source", "question", "labels", "label_source")  # what a logged dataset row holds
 
 
@@ -122,14 +136,69 @@ def headline_metrics(test: Mapping[str, Mapping[str, float]] | None, validation:
     return {f"{HEADLINE}/{k}": float(v) for k, v in out.items() if isinstance(v, (int, float)) and math.isfinite(v)}
 
 
-def headline_tags(metrics: Mapping[str, float]) -> dict[str, str]:
-    """The ``headline/`` metrics of a run as model-version tags (4 decimals), so a registered version
-    names its numbers on its own page and in the registry's search.
+def headline_tags(metrics: Mapping[str, float], keys: tuple[str, ...] = HEADLINE_COLUMNS) -> dict[str, str]:
+    """The run's headline metrics in ``keys`` (the runs table's columns) as model-version tags (4 decimals):
+    the registry's versions table lists every tag of a version in its row, so a few; the comparison view
+    shows every ``headline/`` metric of the two runs.
 
-    >>> headline_tags({"headline/test_macro_f1": 0.71234, "test_n": 100.0})
+    >>> headline_tags({"headline/test_macro_f1": 0.71234, "headline/test_qed_ece": 0.1, "test_n": 100.0})
     {'headline/test_macro_f1': '0.7123'}
     """
-    return {k: f"{v:.4f}" for k, v in sorted(metrics.items()) if k.startswith(f"{HEADLINE}/")}
+    wanted = {f"{HEADLINE}/{k}" for k in keys}
+    return {k: f"{v:.4f}" for k, v in sorted(metrics.items()) if k in wanted}
+
+
+def headline_summary(metrics: Mapping[str, float]) -> str:
+    """The headline numbers of a run in one line: a registered version's description starts with it,
+    so the registry's versions table and the version page show them without opening the run.
+
+    >>> headline_summary({"headline/val_squad2_macro_f1": 0.8123, "headline/test_macro_f1": 0.7, "val_n": 3.0})
+    'squad2 F1 0.812 | test F1 0.700'
+    """
+    return " | ".join(f"{label} {metrics[f'{HEADLINE}/{key}']:.3f}" for label, key in HEADLINE_SUMMARY
+                      if f"{HEADLINE}/{key}" in metrics)
+
+
+def headline_view_state(columns: tuple[str, ...] = HEADLINE_COLUMNS) -> dict[str, Any]:
+    """The runs table MLflow's UI opens with ``?viewStateShareKey=suffice-headline``: newest first, every run
+    shown, the ``Models`` column and the ``headline/`` metrics in ``columns`` as columns (a run without one
+    shows "-"). The UI reads it as JSON from the experiment tag ``mlflow.sharedViewState.suffice-headline``;
+    the keys are its search facets and table state (what its "Share" button saves)."""
+    metric_cols = [f"metrics.`{HEADLINE}/{c}`" for c in columns]
+    return {"searchFilter": "", "orderByKey": "attributes.start_time", "orderByAsc": False, "startTime": "ALL",
+            "lifecycleFilter": "Active", "modelVersionFilter": "All Runs", "datasetsFilter": [],
+            "selectedColumns": ["attributes.`Models`", *metric_cols], "columnOrder": ["attributes.`Models`", *metric_cols],
+            "columnWidths": {c: 190 for c in metric_cols}, "runsExpanded": {}, "runsPinned": [], "runsHidden": [],
+            "runsVisibilityMap": {}, "runsHiddenMode": "SHOW_ALL", "viewMaximized": False, "runListHidden": False,
+            "isAccordionReordered": False, "useGroupedValuesInCharts": True, "hideEmptyCharts": True, "groupBy": None,
+            "groupsExpanded": {}, "autoRefreshEnabled": True}
+
+
+def experiment_tags() -> dict[str, str]:
+    """The tags suffice keeps on its experiments: the kind (so the UI opens the runs table, not GenAI
+    traces) and the headline view (:func:`headline_view_state`)."""
+    return {**EXPERIMENT_KIND, f"mlflow.sharedViewState.{HEADLINE_VIEW}": json.dumps(headline_view_state())}
+
+
+def runs_table_url(experiment_id: str, base: str = "http://127.0.0.1:5000") -> str:
+    """The experiment's runs table with the headline columns, in MLflow's model-training mode.
+
+    >>> runs_table_url("1")
+    'http://127.0.0.1:5000/#/experiments/1/runs?workflowType=machine_learning&viewStateShareKey=suffice-headline'
+    """
+    return f"{base}/#/experiments/{experiment_id}/runs?{UI_WORKFLOW}&viewStateShareKey={HEADLINE_VIEW}"
+
+
+def compare_versions_url(name: str, runs: Mapping[str, str], base: str = "http://127.0.0.1:5000") -> str:
+    """MLflow's side-by-side comparison of registered versions (``runs``: {version: run id}).
+
+    >>> compare_versions_url("m", {"1": "a", "2": "b"})
+    'http://127.0.0.1:5000/#/compare-model-versions?name=%22m%22&runs=%7B%221%22%3A+%22a%22%2C+%222%22%3A+%22b%22%7D'
+    """
+    import urllib.parse
+
+    query = urllib.parse.urlencode({"name": json.dumps(name), "runs": json.dumps(dict(runs))})
+    return f"{base}/#/compare-model-versions?{query}"
 
 
 def evaluation_frame(ds):
@@ -176,12 +245,12 @@ def setup(tracking_uri: str | None = None, experiment: str = "suffice") -> str:
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
     exp = client.get_experiment_by_name(experiment)
     if exp is not None:
-        for k, v in EXPERIMENT_KIND.items():
-            if exp.tags.get(k) != v:  # stores made before suffice set the kind
+        for k, v in experiment_tags().items():
+            if exp.tags.get(k) != v:  # stores made before suffice set the kind or changed the view
                 client.set_experiment_tag(exp.experiment_id, k, v)
         return exp.experiment_id
     location = default_artifact_location() if uri.startswith("sqlite:") else None
-    return client.create_experiment(experiment, artifact_location=location, tags=EXPERIMENT_KIND)
+    return client.create_experiment(experiment, artifact_location=location, tags=experiment_tags())
 
 
 class RunTracker:
@@ -192,6 +261,7 @@ class RunTracker:
         self.tracking_uri = tracking_uri or (default_tracking_uri() if self.enabled else None)
         self.experiment = experiment
         self.run_id: str | None = None
+        self.experiment_id: str | None = None
         self._client = None
 
     @property
@@ -206,7 +276,7 @@ class RunTracker:
         """Start a run (or continue ``run_id`` after ``--resume``)."""
         if not self.enabled:
             return None
-        exp_id = setup(self.tracking_uri, self.experiment)
+        exp_id = self.experiment_id = setup(self.tracking_uri, self.experiment)
         if run_id:
             self.client.update_run(run_id, status="RUNNING")
             self.run_id = run_id
@@ -297,10 +367,12 @@ class RunTracker:
             self.client.create_registered_model(
                 name, description="suffice trained-model directories (merged model, adapter, suffice_model.json); "
                                   "export one with `suffice export --model models:/NAME/N`")
-        headline = headline_tags(self.client.get_run(self.run_id).data.metrics)
+        metrics = self.client.get_run(self.run_id).data.metrics
+        summary = headline_summary(metrics)
         mv = self.client.create_model_version(
             name, source=self.artifact_uri(artifact_path), run_id=self.run_id,
-            tags={**headline, **{k: str(v) for k, v in tags.items() if v is not None}}, description=description or None,
+            tags={**headline_tags(metrics), **{k: str(v) for k, v in tags.items() if v is not None}},
+            description="\n\n".join(x for x in (summary, description) if x) or None,
         )
         return str(mv.version)
 
@@ -309,9 +381,16 @@ class RunTracker:
             self.client.set_terminated(self.run_id, status=status)
 
 
-def ui_command(tracking_uri: str | None = None) -> str:
-    """The command that opens the MLflow UI on this store (what ``make mlflow-ui`` runs)."""
+def ui_command(tracking_uri: str | None = None, experiment_id: str | None = None) -> str:
+    """The command that opens the MLflow UI on this store (what ``make mlflow-ui`` runs), and with
+    ``experiment_id`` the link to its runs table with the headline columns (:func:`runs_table_url`).
+
+    >>> ui_command("sqlite:////tmp/x/mlflow.db", "3")  # doctest: +ELLIPSIS
+    'mlflow ui --backend-store-uri sqlite:////tmp/x/mlflow.db, then open http://127.0.0.1:5000/#/experiments/3/runs?...'
+    """
     uri = tracking_uri or default_tracking_uri()
-    if os.environ.get("SUFFICE_MLRUNS_DIR") or not uri.startswith("sqlite:"):
-        return f"mlflow ui --backend-store-uri {uri}"
-    return "make mlflow-ui   (http://127.0.0.1:5000)"
+    port = os.environ.get("MLFLOW_PORT", "5000")
+    link = f", then open {runs_table_url(experiment_id, f'http://127.0.0.1:{port}')}" if experiment_id else ""
+    if os.environ.get("SUFFICE_MLRUNS_DIR") or not uri.startswith("sqlite:") or uri != default_tracking_uri():
+        return f"mlflow ui --backend-store-uri {uri}{link}"
+    return f"make mlflow-ui{link or f'   (http://127.0.0.1:{port})'}"

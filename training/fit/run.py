@@ -189,7 +189,7 @@ def run_summary(run: TrainingRun, done: dict[str, Any], train_seconds: float, wa
         f"\nmodel: {out_dir}" + (f" (registered as {summary['registered_model_dir']})" if summary.get("registered_model_dir") else "")
         + (f"\nregistered: {summary['registered']} (the bundle: serve, score, pyfunc)" if summary.get("registered") else "")
         + (f"\nbundle: {summary['bundle']}" if summary.get("bundle") else "")
-        + (f"\nMLflow run {state.mlflow_run_id}: {ui_command(cfg.tracking.tracking_uri)}" if tracker.enabled else "")
+        + (f"\nMLflow run {state.mlflow_run_id}: {ui_command(cfg.tracking.tracking_uri, tracker.experiment_id)}" if tracker.enabled else "")
         + f"\nwall time {total:.0f} s (training {train_seconds:.0f} s)"
     )
     return summary

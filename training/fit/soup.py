@@ -342,7 +342,7 @@ def finish(bench: SoupBench, ingredients: Sequence[Ingredient], chosen: ChosenSo
     tracker.end("FINISHED")
     print(f"\nmodel: {out_dir}" + (f"\nregistered: {summary['registered']}" if summary.get("registered") else "")
           + (f"\nbundle: {summary['bundle']}" if summary.get("bundle") else "")
-          + (f"\nMLflow run {state.mlflow_run_id}: {ui_command(cfg.tracking.tracking_uri)}" if tracker.enabled else "")
+          + (f"\nMLflow run {state.mlflow_run_id}: {ui_command(cfg.tracking.tracking_uri, tracker.experiment_id)}" if tracker.enabled else "")
           + f"\nwall time {total:.0f} s")
     return {"output_dir": str(out_dir), "kept": [ingredients[i].name for i in kept], "validation": val, "temperature": done["temperature"],
             "test": done["test"], "mlflow_run_id": state.mlflow_run_id, **summary}
