@@ -142,6 +142,23 @@ def _llm_section(llm: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def _workload_section(w: Mapping[str, Any]) -> list[str]:
+    mix = ", ".join(f"{n} x ~{t}" for t, n in w["target_tokens_mix"].items())
+    cli, svc = w["suffice_score"], w["service"]
+    batches = sorted(int(k.split("_")[1]) for k in cli if k.startswith("batch_"))
+    rows = [[f"`suffice score --batch-size {b}`", _f(cli[f"batch_{b}"]["items_per_s"], 1), "–", "–"] for b in batches]
+    rows += [[f"service, lists of {b}, 1 client", _f(svc[f"batch_{b}"]["items_per_s"], 1), _f(svc[f"batch_{b}"]["p50_ms"], 1),
+              _f(svc[f"batch_{b}"]["p95_ms"], 1)] for b in batches if f"batch_{b}" in svc]
+    c8 = svc.get("batch_1_clients_8")
+    if c8:
+        rows.append(["service, single items, 8 clients", _f(c8["items_per_s"], 1), _f(c8["p50_ms"], 1), _f(c8["p95_ms"], 1)])
+    return ["### Cost as the work grows", "",
+            f"{w['items']} items of mixed length (target tokens: {mix}; the longest are ~10-paragraph RAG contexts the packing "
+            f"cuts to the window), {w['threads']} threads; the service's variant: `{(svc.get('readyz') or {}).get('variant')}`; "
+            f"`suffice score` start-up {cli['startup_s']:.2f} s, taken out of its items/s.", "",
+            _table(["path", "items/s", "request p50 ms", "request p95 ms"], rows), ""]
+
+
 def _training_section(tc: Mapping[str, Any]) -> list[str]:
     out = ["### Training cost (this CPU)", ""]
     if tc.get("not_measured"):
@@ -307,6 +324,8 @@ def render_markdown(results: Mapping[str, Any]) -> str:
         out += ["## Headline (ratios measured side by side in this run)", ""] + [f"- {x}" for x in lines] + [""]
     if results.get("speed"):
         out += _speed_section(results["speed"])
+    if results.get("workload"):
+        out += _workload_section(results["workload"])
     if results.get("llm"):
         out += _llm_section(results["llm"])
     if results.get("training"):

@@ -7,6 +7,8 @@ Parts (``--parts``, comma-separated; all but ``llm`` by default):
               heuristic (benchmarks/bench_scorer.py in a fresh process).
 ``quality``   the student (int8, fp32) and the baselines per source on the test split against the
               autorater labels and gold; reliability diagram; selective accuracy vs coverage.
+``workload``  items/s of `suffice score` and of the HTTP service at batch 1, 8, 32 on mixed lengths (64 to
+              ~1,300 tokens: a 10-paragraph RAG context), benchmarks/bench_workload.py.
 ``training``  examples/s and wall time per 1k examples, LoRA vs full fine-tuning, on this CPU.
 ``longctx``   question-aware selection vs plain truncation on the multi-hop sources.
 ``gate``      the retrieval gate vs its baseline (when a retrieval-gate model exists).
@@ -42,8 +44,8 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 
-PARTS = ("speed", "quality", "training", "longctx", "gate", "llm")
-DEFAULT_PARTS = ("speed", "quality", "training", "longctx", "gate")
+PARTS = ("speed", "workload", "quality", "training", "longctx", "gate", "llm")
+DEFAULT_PARTS = ("speed", "workload", "quality", "training", "longctx", "gate")
 EXPERIMENT = "benchmarks"
 
 
@@ -193,6 +195,16 @@ class Bench:
         speed["ratios"] = speed_ratios(speed)
         plot_latency(speed, self.out / "latency.png")
         return speed
+
+    def workload(self) -> dict[str, Any]:
+        raw = self.out / "bench_workload.json"
+        cmd = [sys.executable, str(HERE / "bench_workload.py"), "--bundle", str(self.bundle), "--out", str(raw),
+               "--threads", str(self.args.threads), *(["--items", "20", "--batches", "1,8"] if self.smoke else [])]
+        print("$ " + shlex.join(cmd), flush=True)
+        subprocess.run(cmd, check=True, cwd=REPO)
+        work = json.loads(raw.read_text())
+        raw.unlink()
+        return work
 
     def quality(self) -> dict[str, Any]:
         from bench_quality import quality

@@ -37,7 +37,7 @@ def test_smoke_benchmark_writes_report_results_plots_and_mlflow_run(tmp_path, mi
 
     results = json.loads((out / "results.json").read_text())
     assert results["errors"] == {}
-    assert set(results["timings_s"]) == {"setup", "speed", "quality", "training", "longctx", "gate", "total"}
+    assert set(results["timings_s"]) == {"setup", "speed", "workload", "quality", "training", "longctx", "gate", "total"}
     assert all(isinstance(v, float) and v >= 0 for v in results["timings_s"].values())
     assert "llm" not in results  # opt-in only
     assert results["meta"]["model"]["bundle_ships_int8"] is False and "quantised" in results["meta"]["model"]["int8_note"]
@@ -50,6 +50,12 @@ def test_smoke_benchmark_writes_report_results_plots_and_mlflow_run(tmp_path, mi
         assert cell[variant]["p50_ms"] <= cell[variant]["p95_ms"] <= cell[variant]["p99_ms"], variant
     assert set(results["speed"]["memory"]) == {"int8", "fp32", "torch_eager_fp32", "lexical"}
     assert results["speed"]["ratios"][0]["int8_vs_torch_eager_fp32"] > 0
+
+    w = results["workload"]  # suffice score and the service on the same mixed-length items
+    assert w["items"] == 20 and sum(w["target_tokens_mix"].values()) == 20
+    for b in (1, 8):
+        assert w["suffice_score"][f"batch_{b}"]["items_per_s"] > 0 and w["service"][f"batch_{b}"]["errors"] == 0
+    assert w["service"]["batch_1_clients_8"]["requests"] == 20 and w["service"]["readyz"]["status"] == "ready"
 
     q = results["quality"]
     assert set(q["vs_autorater"]) >= {"student_int8", "student_fp32", "keyword_coverage", "tfidf_lr", "answer_in_context"}
@@ -69,7 +75,7 @@ def test_smoke_benchmark_writes_report_results_plots_and_mlflow_run(tmp_path, mi
     report = (out / "report.md").read_text()
     assert "SMOKE RUN" in report and " cores (" in report  # the hardware line
     assert not re.search(r"\bnan\b", report.lower())  # no unmeasured number slipped through
-    for section in ("## Speed and cost", "### Training cost", "## Quality", "## Long context", "## Retrieval gate",
+    for section in ("## Speed and cost", "### Cost as the work grows", "### Training cost", "## Quality", "## Long context", "## Retrieval gate",
                     "### The exported gate as a service calls it"):
         assert section in report, section
 

@@ -38,6 +38,39 @@ def test_the_experiment_is_marked_for_model_development(tmp_path):
         assert client.get_experiment(exp_id).tags["mlflow.experimentKind"] == EXPERIMENT_KIND["mlflow.experimentKind"]
 
 
+def test_the_experiment_carries_the_headline_view_and_the_printed_link_opens_it(tmp_path, monkeypatch):
+    """MLflow's UI reads a shared view from the experiment tag mlflow.sharedViewState.<key>: suffice keeps its
+    headline columns there (kept current on older stores), and ui_command prints the runs-table link that opens
+    it in model-training mode (the UI's GenAI default would land on an empty traces overview)."""
+    import json
+
+    from mlflow.tracking import MlflowClient
+
+    from suffice.training.tracking import HEADLINE_COLUMNS, HEADLINE_VIEW, setup, ui_command
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri)
+    old = client.create_experiment("suffice", tags={f"mlflow.sharedViewState.{HEADLINE_VIEW}": "{}"})  # a stale view
+    assert setup(uri, "suffice") == old
+    view = json.loads(client.get_experiment(old).tags[f"mlflow.sharedViewState.{HEADLINE_VIEW}"])
+    assert view["selectedColumns"] == ["attributes.`Models`", *(f"metrics.`headline/{c}`" for c in HEADLINE_COLUMNS)]
+    assert view["orderByKey"] == "attributes.start_time" and view["orderByAsc"] is False
+    monkeypatch.setenv("MLFLOW_PORT", "5001")
+    line = ui_command(uri, old)
+    assert line.startswith(f"mlflow ui --backend-store-uri {uri}")
+    assert line.endswith(f"http://127.0.0.1:5001/#/experiments/{old}/runs?workflowType=machine_learning&viewStateShareKey={HEADLINE_VIEW}")
+
+
+def test_headline_summary_and_tags_are_the_few_numbers_a_registry_page_can_show():
+    from suffice.training.tracking import HEADLINE_COLUMNS, headline_summary, headline_tags
+
+    metrics = {f"headline/{c}": 0.5 for c in HEADLINE_COLUMNS} | {"headline/test_qed_ece": 0.1, "val_loss": 0.6}
+    assert set(headline_tags(metrics)) == {f"headline/{c}" for c in HEADLINE_COLUMNS}  # not every headline/ metric
+    summary = headline_summary(metrics)
+    assert summary.startswith("val source-mean F1 0.500 | squad2 F1 0.500 | squad2 AUROC 0.500") and "test_qed_ece" not in summary
+    assert headline_summary({}) == ""
+
+
 def test_a_failing_dataset_record_does_not_fail_the_run(tmp_path, monkeypatch, capsys):
     """The dataset input is a convenience: when MLflow refuses it, the run goes on and says why."""
     pd = pytest.importorskip("pandas")
