@@ -204,3 +204,24 @@ def test_validation_data_reads_items_and_gate_threads(tmp_path):
     f.write_text(json.dumps({**thread, "messages": thread["messages"][:2]}) + "\n")
     with pytest.raises(ExportError, match="last message must be the user's new turn"):
         load_validation_jsonl(f, None)
+
+
+def test_cli_ships_what_passes_when_onnx_runtime_int8_is_refused(exported, tmp_path, capsys):
+    """`suffice export` as training's `export: true`: a refused ONNX Runtime int8 model leaves the bundle
+    without it (fp32, plus OpenVINO int8 when that passes on its own) instead of no bundle at all."""
+    from suffice.serving import SufficiencyScorer
+    from suffice.serving.bundle import read_manifest
+    from suffice.training import export
+
+    model_dir, _ = exported
+    data = tmp_path / "val.jsonl"
+    data.write_text("\n".join(json.dumps({**d, "split": "validation"}) for d in validation_items(12)))
+    out = tmp_path / "bundle"
+    # no int8 model moves scores by less than 1e-9 on average: the rule refuses it
+    assert export.main(["--model", str(model_dir), "--out", str(out), "--validation-data", str(data),
+                        "--max-mean-score-shift", "1e-9"]) == 0
+    err = capsys.readouterr().err
+    assert "ONNX Runtime int8 refused by its parity check (int8_score_shift" in err and "ships without it" in err
+    m = read_manifest(out)
+    assert m.int8_model_file is None and not (out / "model.int8.onnx").exists() and (out / m.model_file).is_file()
+    assert SufficiencyScorer.load(out).score("Where is the Eiffel Tower?", ["It is in Paris."]).level in ("sufficient", "partial", "insufficient")

@@ -16,7 +16,7 @@ import logging
 import sys
 
 from suffice.serving.bundle import MANIFEST_NAME
-from suffice.training.export.bundle import export_bundle
+from suffice.training.export.bundle import export_shipping_what_passes
 from suffice.training.export.errors import ExportError, ParityConfig, ParityError
 from suffice.training.export.validation import load_validation_jsonl
 
@@ -58,8 +58,12 @@ def main(argv: list[str] | None = None) -> int:
         pc = ParityConfig(parity_items=args.parity_items, atol=args.atol, confident_margin=args.confident_margin,
                           min_confident_agreement=args.min_confident_agreement, max_mean_score_shift=args.max_mean_score_shift,
                           max_metric_drop=args.max_metric_drop, min_agreement=args.min_agreement)
-        out = export_bundle(model_dir, args.out, items, quantize=not args.no_quantize, optimize=not args.no_optimize,
-                            parity=pc, overwrite=args.overwrite, openvino_int8={"auto": None, "on": True, "off": False}[args.openvino_int8])
+        # a refused ONNX Runtime int8 model leaves fp32 and the OpenVINO int8 model (checked on its own), as in training
+        out, refused = export_shipping_what_passes(model_dir, args.out, items, quantize=not args.no_quantize, optimize=not args.no_optimize,
+                                                   parity=pc, overwrite=args.overwrite,
+                                                   openvino_int8={"auto": None, "on": True, "off": False}[args.openvino_int8])
+        if refused:
+            print(f"export: ONNX Runtime int8 refused by its parity check ({refused}); the bundle ships without it", file=sys.stderr)
     except ParityError as e:
         print(f"export failed parity check {e.check}: {e}", file=sys.stderr)
         return 3

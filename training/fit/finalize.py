@@ -230,29 +230,20 @@ def maybe_export(cfg: TrainConfig, out_dir: Path, val_ds, meta: ModelMeta, track
     """
     if not cfg.export:
         return None
-    from suffice.training.export.bundle import export_bundle
-    from suffice.training.export.errors import ExportError, ParityError
+    from suffice.training.export.bundle import export_shipping_what_passes
+    from suffice.training.export.errors import ExportError
 
     bundle_dir = Path(cfg.export_dir) if cfg.export_dir else out_dir / "bundle"
     pos = meta.positive_index
     n = min(200, len(val_ds))
     items = [{"question": q, "passages": p, "label": int(lab == pos)}
              for q, p, lab in zip(val_ds["question"][:n], val_ds["passages"][:n], val_ds["labels"][:n])]
-    kwargs = dict(validation_items=items, overwrite=True)  # registration (after this) writes name and version into the manifest
     try:
-        try:
-            path = export_bundle(out_dir, bundle_dir, **kwargs)
-        except ParityError as e:
-            if not e.check.startswith("int8"):
-                raise
-            # ONNX Runtime int8 refused (its scores drift from fp32): still ship the checked fp32
-            # bundle, and say so on the run
-            print(f"ONNX Runtime int8 refused by its parity check ({e}); writing the bundle without it", file=sys.stderr)
-            tracker.set_tags({"export_int8_refused": str(e)[:500]})
-            # the OpenVINO int8 model is checked on its own and stays when it passes (where nncf is installed)
-            from suffice.training.export.steps import nncf_missing
-
-            path = export_bundle(out_dir, bundle_dir, quantize=False, openvino_int8=nncf_missing() is None, **kwargs)
+        # registration (after this) writes name and version into the manifest; a refused ONNX Runtime
+        # int8 leaves fp32 and the OpenVINO int8 model (checked on its own), and is tagged on the run
+        path, refused = export_shipping_what_passes(out_dir, bundle_dir, items, overwrite=True)
+        if refused:
+            tracker.set_tags({"export_int8_refused": refused[:500]})
     except ExportError as e:
         print(f"export failed: {e}\nthe model directory {out_dir} is complete; retry with `suffice export --model {out_dir}`", file=sys.stderr)
         tracker.set_tags({"export_error": str(e)[:500]})
