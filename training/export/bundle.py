@@ -144,7 +144,8 @@ def export_shipping_what_passes(model_dir: str | os.PathLike, out_dir: str | os.
     """:func:`export_bundle`, and when the ONNX Runtime int8 model fails its parity check, the bundle
     without it: fp32 plus the OpenVINO int8 model, which is checked on its own and stays when it passes
     (where nncf is installed). What ``suffice export`` and training's ``export: true`` both do, so a
-    refused variant never costs the user the faster one that passed. Returns (bundle, the refusal or None).
+    refused variant never costs the user the faster one that passed. Returns (bundle, the refusal or None):
+    the caller says it (on stderr, on the run).
 
     >>> export_shipping_what_passes("models/x", "models/x/bundle", items)  # doctest: +SKIP
     (PosixPath('models/x/bundle'), 'int8 moves the calibrated score by 0.0212 on average ...')
@@ -159,7 +160,6 @@ def export_shipping_what_passes(model_dir: str | os.PathLike, out_dir: str | os.
         if not (quantize and e.check.startswith("int8")):
             raise
         refusal = f"{e.check}: {e}"
-    log.warning("ONNX Runtime int8 refused by its parity check (%s); writing the bundle without it", refusal)
     ov = (nncf_missing() is None) if openvino_int8 is None else openvino_int8
     retry = {**kwargs, "overwrite": kwargs.get("overwrite", False) or not existed}  # a folder the failed attempt left
     return export_bundle(model_dir, out_dir, validation_items, quantize=False, openvino_int8=ov, **retry), refusal

@@ -243,6 +243,7 @@ def maybe_export(cfg: TrainConfig, out_dir: Path, val_ds, meta: ModelMeta, track
         # int8 leaves fp32 and the OpenVINO int8 model (checked on its own), and is tagged on the run
         path, refused = export_shipping_what_passes(out_dir, bundle_dir, items, overwrite=True)
         if refused:
+            print(f"ONNX Runtime int8 refused by its parity check ({refused}); writing the bundle without it", file=sys.stderr)
             tracker.set_tags({"export_int8_refused": refused[:500]})
     except ExportError as e:
         print(f"export failed: {e}\nthe model directory {out_dir} is complete; retry with `suffice export --model {out_dir}`", file=sys.stderr)
