@@ -35,7 +35,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -118,14 +117,14 @@ def start_ui(store: Path, port: int) -> subprocess.Popen:
 
 
 def compare_url(port: int, store: Path, versions: list[str]) -> str:
-    """The UI's version comparison: ``name`` and ``runs`` ({version: run id}) are JSON in the query."""
+    """The UI's version comparison of ``versions`` (:func:`suffice.training.tracking.compare_versions_url`)."""
     from mlflow.tracking import MlflowClient
+
+    from suffice.training.tracking import compare_versions_url
 
     uri = f"sqlite:///{store / 'mlflow.db'}"
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
-    runs = {v: client.get_model_version(NAME, v).run_id for v in versions}
-    query = urllib.parse.urlencode({"name": json.dumps(NAME), "runs": json.dumps(runs)})
-    return f"http://127.0.0.1:{port}/#/compare-model-versions?{query}"
+    return compare_versions_url(NAME, {v: client.get_model_version(NAME, v).run_id for v in versions}, f"http://127.0.0.1:{port}")
 
 
 # The metrics table scrolls inside a 400-px box: scroll it to the first headline/ row and let the box

@@ -164,10 +164,9 @@ def compare_lines(bundles: list[Path]) -> list[str]:
     """Where the MLflow UI compares what the demo made: the runs table with the headline columns and,
     for two registered bundles (stage 0 and the candidate), MLflow's side-by-side view of the two versions."""
     from suffice.serving.bundle import read_manifest
-    from suffice.training.tracking import compare_versions_url, runs_table_url
+    from suffice.training.tracking import compare_versions_url, runs_table_url, ui_base
 
-    port = os.environ.get("MLFLOW_PORT", "5000")
-    base = f"http://127.0.0.1:{port}"
+    port, base = os.environ.get("MLFLOW_PORT", "5000"), ui_base()
     manifests = [read_manifest(b) for b in bundles if (b / MANIFEST_NAME).is_file()]
     registered = [m for m in manifests if m.registered_model and m.model_version and m.mlflow_run_id]
     lines = [f"Compare runs and registered versions in the MLflow UI: `make mlflow-ui{'' if port == '5000' else f' MLFLOW_PORT={port}'}`, then open"]

@@ -159,6 +159,17 @@ def headline_summary(metrics: Mapping[str, float]) -> str:
                       if f"{HEADLINE}/{key}" in metrics)
 
 
+def version_description(metrics: Mapping[str, float], description: str | None = None) -> str | None:
+    """A registered version's description: :func:`headline_summary` first (the versions table and the
+    version page show the description), then ``description``; None when both are empty."""
+    return "\n\n".join(x for x in (headline_summary(metrics), description) if x) or None
+
+
+def ui_base() -> str:
+    """Where ``make mlflow-ui`` serves the UI: http://127.0.0.1:$MLFLOW_PORT (5000 by default)."""
+    return f"http://127.0.0.1:{os.environ.get('MLFLOW_PORT', '5000')}"
+
+
 def headline_view_state(columns: tuple[str, ...] = HEADLINE_COLUMNS) -> dict[str, Any]:
     """The runs table MLflow's UI opens with ``?viewStateShareKey=suffice-headline``: newest first, every run
     shown, the ``Models`` column and the ``headline/`` metrics in ``columns`` as columns (a run without one
@@ -368,11 +379,10 @@ class RunTracker:
                 name, description="suffice trained-model directories (merged model, adapter, suffice_model.json); "
                                   "export one with `suffice export --model models:/NAME/N`")
         metrics = self.client.get_run(self.run_id).data.metrics
-        summary = headline_summary(metrics)
         mv = self.client.create_model_version(
             name, source=self.artifact_uri(artifact_path), run_id=self.run_id,
             tags={**headline_tags(metrics), **{k: str(v) for k, v in tags.items() if v is not None}},
-            description="\n\n".join(x for x in (summary, description) if x) or None,
+            description=version_description(metrics, description),
         )
         return str(mv.version)
 
@@ -389,8 +399,7 @@ def ui_command(tracking_uri: str | None = None, experiment_id: str | None = None
     'mlflow ui --backend-store-uri sqlite:////tmp/x/mlflow.db, then open http://127.0.0.1:5000/#/experiments/3/runs?...'
     """
     uri = tracking_uri or default_tracking_uri()
-    port = os.environ.get("MLFLOW_PORT", "5000")
-    link = f", then open {runs_table_url(experiment_id, f'http://127.0.0.1:{port}')}" if experiment_id else ""
+    link = f", then open {runs_table_url(experiment_id, ui_base())}" if experiment_id else ""
     if os.environ.get("SUFFICE_MLRUNS_DIR") or not uri.startswith("sqlite:") or uri != default_tracking_uri():
         return f"mlflow ui --backend-store-uri {uri}{link}"
-    return f"make mlflow-ui{link or f'   (http://127.0.0.1:{port})'}"
+    return f"make mlflow-ui{link or f'   ({ui_base()})'}"

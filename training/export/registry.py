@@ -28,7 +28,7 @@ from pathlib import Path
 from suffice.serving.bundle import MANIFEST_NAME, BundleManifest, read_manifest, verify_bundle, write_manifest
 from suffice.training.fit.meta import MODEL_META
 from suffice.training.paths import default_artifact_location, default_tracking_uri, mlruns_dir
-from suffice.training.tracking import headline_summary, headline_tags
+from suffice.training.tracking import headline_tags, version_description
 
 REGISTERED_NAMES = {"sufficiency": "suffice-sufficiency", "retrieval_gate": "suffice-retrieval-gate"}
 EXPORT_EXPERIMENT = "suffice-export"
@@ -224,7 +224,7 @@ def register_bundle(bundle_dir: str | Path, run_id: str | None = None, name: str
     ``client``: the MlflowClient to use (default: the project's store); ``tags`` and
     ``description`` go on the version, after the run's ``headline/`` metrics as tags
     (:func:`suffice.training.tracking.headline_tags`); the description starts with those numbers in one
-    line (:func:`suffice.training.tracking.headline_summary`). The version links its run, so MLflow's
+    line (:func:`suffice.training.tracking.version_description`). The version links its run, so MLflow's
     version comparison shows the run's params and metrics side by side. Returns (registered model
     name, version).
 
@@ -257,10 +257,8 @@ def register_bundle(bundle_dir: str | Path, run_id: str | None = None, name: str
     # the run's headline metrics on the version itself: its page and the registry search show them
     version_tags = {**headline_tags(run.data.metrics), **(tags or {}), "task": manifest.task,
                     **({"flavor": "python_function"} if manifest.task == "sufficiency" else {})}
-    # the headline numbers first: the versions table and the version page show the description in full
-    description = "\n\n".join(x for x in (headline_summary(run.data.metrics), description) if x) or None
     mv = client.create_model_version(name, source=source, run_id=run_id, tags={k: str(v) for k, v in version_tags.items() if v is not None},
-                                     description=description)
+                                     description=version_description(run.data.metrics, description))
     from dataclasses import replace
 
     manifest = replace(manifest, registered_model=name, model_version=str(mv.version), mlflow_run_id=run_id)
