@@ -26,6 +26,14 @@ one that counts): macro-F1 >= 0.90, SKIP precision >= 0.95 and skip rate >= 30%,
 threshold; >= 5 F1 points over TF-IDF + LR both at 0.5 and with each at its precision-first threshold;
 the acceptance examples all right.
 
+Issue 33 (``styles``, on the first split's test threads): the same threads with the new message written
+in each *held-out* style (``suffice.training.data.styles``: the styles the gate's config did not train
+on; ``--styles`` to choose), at the stored threshold, with the threshold each style would need for 95%
+SKIP precision (how the threshold moves under the shift) and the combinations of the model with its
+second opinions (``combinations``): the out-of-distribution guard, a referent veto (a name of the new
+message the conversation never mentions forces RETRIEVE) and, with ``--scorer``, the sufficiency
+scorer on (new message, the assistant's earlier turns), SKIP only when both agree.
+
     python benchmarks/bench_retrieval_gate.py --bundle models/gate-x/bundle --split both --out gate.json
 """
 
@@ -217,6 +225,69 @@ def evaluate_split(gates: dict, split: dict[str, list[dict]], min_precision: flo
     return out
 
 
+def referent_veto(row: dict) -> bool:
+    """A name or number of the new message that no earlier turn mentions (``suffice.serving.lexical.entities``)."""
+    from suffice.serving.lexical import content_terms, entities, stem
+
+    seen = {stem(t) for p in row["passages"] for t in content_terms(p["text"])}
+    return any(not any(stem(w) in seen for w in content_terms(e)) for e in entities(row["question"]))
+
+
+def sufficiency_scores(scorer, rows: list[dict]) -> np.ndarray:
+    """P(sufficient) of (new message, the assistant's earlier turns) by a sufficiency bundle: the second opinion."""
+    qs = [r["question"] for r in rows]
+    ps = [[p["text"] for p in r["passages"] if p["title"] == "assistant"] or [""] for r in rows]
+    return np.asarray([res.score for res in scorer.score_batch(qs, ps)], dtype=np.float64)
+
+
+def style_results(gate, rows: list[dict], styles: list[str], min_precision: float, scorer=None,
+                  suff_threshold: float | None = None) -> dict:
+    """The test threads as written (``own``) and rewritten in each held-out style, then all held-out styles
+    pooled: each at the stored threshold (the shipped ``decide``, OOD guard on), the threshold that would
+    give ``min_precision`` SKIP precision on that set, and ``combinations`` of the model (guard off) with
+    the OOD guard, the referent veto and (``scorer``) the sufficiency second opinion at ``suff_threshold``."""
+    from dataclasses import replace
+
+    from suffice.serving.gates.retrieval import RetrievalGate, out_of_distribution
+    from suffice.training.data.styles import styled_row
+    from suffice.training.evaluation.metrics import auroc
+    from suffice.training.fit.calibration import threshold_for_precision
+
+    raw = RetrievalGate(gate._model, replace(gate.config, ood_guard=False))
+    t = gate.skip_threshold
+    sets = {"own": rows, **{st: [styled_row(r, st) for r in rows] for st in styles}}
+    out: dict = {}
+    pooled: dict[str, list] = {}
+    for name, rs in sets.items():
+        y = np.asarray([r["label"] for r in rs])
+        p = np.asarray([raw.decide(thread_of(r)).score or 0.0 for r in rs])
+        ood = np.asarray([out_of_distribution(r["question"]) is not None for r in rs])
+        ref = np.asarray([referent_veto(r) for r in rs])
+        suff = sufficiency_scores(scorer, rs) if scorer is not None else None
+        parts = {"y": y, "p": p, "ood": ood, "ref": ref, **({"suff": suff} if suff is not None else {})}
+        if name != "own":
+            for k, v in parts.items():
+                pooled.setdefault(k, []).append(v)
+        out[name] = _style_entry(parts, t, min_precision, suff_threshold, auroc, threshold_for_precision)
+    if styles:
+        out["held_out_pooled"] = _style_entry({k: np.concatenate(v) for k, v in pooled.items()}, t, min_precision, suff_threshold,
+                                              auroc, threshold_for_precision)
+    return out
+
+
+def _style_entry(parts: dict, t: float, min_precision: float, suff_threshold, auroc, threshold_for_precision) -> dict:
+    y, p, ood, ref = parts["y"], parts["p"], parts["ood"], parts["ref"]
+    model = p >= t
+    combos = {"model": model, "model+ood": model & ~ood, "model+ood+referent": model & ~ood & ~ref}
+    if "suff" in parts:
+        agree = parts["suff"] >= suff_threshold
+        combos.update({"model+ood+sufficiency": model & ~ood & agree, "model+ood+referent+sufficiency": model & ~ood & ~ref & agree})
+    t95, reached = threshold_for_precision(p, y, min_precision)
+    return {"stored": gate_quality((model & ~ood).astype(int), y), "auroc": auroc(p, y), "threshold_for_target": t95,
+            "target_reached": reached, "ood_rate": float(ood.mean()), "referent_veto_rate": float(ref.mean()),
+            "combinations": {k: gate_quality(v.astype(int), y) for k, v in combos.items()}}
+
+
 def split_goals(s: dict, head: str, latency: dict, examples: list[dict]) -> tuple[dict, dict]:
     """(issue 7's goals as this bench always checked them, issue 21's goals) for one split's results."""
     g = s[head]
@@ -250,18 +321,24 @@ def hardware(threads: int) -> dict:
 
 
 def run(bundle: str | Path, config: str = str(REPO / "configs" / "retrieval-gate.yaml"), overrides: list[str] | None = None,
-        threads: int = 2, cfg=None, split: str = "opening_message", pairs: str | Path | None = None) -> dict:
+        threads: int = 2, cfg=None, split: str = "opening_message", pairs: str | Path | None = None,
+        styles: list[str] | None = None, scorer: str | Path | None = None, suff_threshold: float | None = None) -> dict:
     """Every measurement of this module on one bundle, as a JSON-ready dict.
 
     ``split``: ``opening_message`` (training's split, the default here so callers keep their numbers),
     ``domains`` (leave-domains-out) or ``both``. Each split's results are under ``splits[name]``; the
     first split's are also at the top level (the fields this report always had), with the latency and
-    the acceptance examples, which do not depend on the split. The headline precision is int8; a bundle
+    the acceptance examples, which do not depend on the split. ``styles``: the held-out styles of the first
+    split's style results (None = every style ``cfg.gate.styles`` does not train on; [] = none);
+    ``scorer``: a sufficiency bundle as the second opinion, SKIP only at P(sufficient) >= ``suff_threshold``
+    (None = its ``partial`` threshold). The headline precision is int8; a bundle
     without an int8 model (its int8 failed the parity check at export) is measured in fp32 and says so
     (``headline_precision``; ``headline_variant`` names the engine, e.g. ``openvino-int8``)."""
     from suffice.serving.backends import openvino_available
     from suffice.serving.bundle import read_manifest
     from suffice.serving.gates.retrieval import RetrievalGate, RetrievalGateConfig
+    from suffice.serving.scorer import ScorerConfig, SufficiencyScorer
+    from suffice.training.data.styles import STYLES, check_styles
     from suffice.training.fit.config import build_train_config
 
     names = SPLITS if split == "both" else (split,)
@@ -284,11 +361,16 @@ def run(bundle: str | Path, config: str = str(REPO / "configs" / "retrieval-gate
             gate128 = RetrievalGate.load(bundle, RetrievalGateConfig(precision=head, intra_op_threads=threads, max_tokens=window))
             latency = latency_128(gate128, rows["test"])
             examples = acceptance(gates[head])
+            held_out = [st for st in STYLES if st not in cfg.gate.styles] if styles is None else check_styles(styles, "--styles")
+            suff = SufficiencyScorer.load(scorer, ScorerConfig(intra_op_threads=threads)) if scorer else None
+            st = suff_threshold if suff_threshold is not None or suff is None else suff.thresholds["partial"]
+            style_report = {"trained_styles": list(cfg.gate.styles), "held_out_styles": held_out, "scorer": str(scorer) if scorer else None,
+                            "sufficiency_threshold": st, "sets": style_results(gates[head], rows["test"], held_out, min_precision, suff, st)}
     for s in splits.values():
         s["goals"], s["goals_issue21"] = split_goals(s, head, latency, examples)
     return {"bundle": str(bundle), "hardware": hardware(threads), "headline_precision": head,
             "headline_variant": gates[head].variant, "split": names[0],
-            **splits[names[0]], "latency_128": latency, "acceptance": examples, "splits": splits}
+            **splits[names[0]], "latency_128": latency, "acceptance": examples, "splits": splits, "styles": style_report}
 
 
 def gate_rows(r: dict) -> list[tuple[str, dict]]:
@@ -330,6 +412,24 @@ def format_split(name: str, r: dict) -> list[str]:
     return lines
 
 
+def format_styles(split: str, sr: dict) -> list[str]:
+    """The held-out-style section: each set at the stored threshold, the threshold it would need, the combinations."""
+    lines = [f"== styles: {split} test threads rewritten in styles training did not use (trained on: "
+             f"{', '.join(sr['trained_styles']) or 'the writer’s own only'})"]
+    lines.append(f"{'set':<16} {'macro-F1':>9} {'SKIP prec':>10} {'SKIP rate':>10} {'AUROC':>6} {'t@target':>9} {'OOD':>6} {'veto':>6}")
+    for name, e in sr["sets"].items():
+        q = e["stored"]
+        lines.append(f"{name:<16} {q['macro_f1']:>9.3f} {q['skip_precision']:>10.3f} {q['skip_rate']:>10.3f} {e['auroc']:>6.3f} "
+                     f"{e['threshold_for_target']:>9.3f} {e['ood_rate']:>6.3f} {e['referent_veto_rate']:>6.3f}")
+    extra = f" (sufficiency: {sr['scorer']} at >= {sr['sufficiency_threshold']:.2f})" if sr.get("scorer") else ""
+    lines.append(f"combinations at the stored threshold{extra}: SKIP precision / SKIP rate / macro-F1")
+    for name in ("own", "held_out_pooled"):
+        if name in sr["sets"]:
+            for combo, q in sr["sets"][name]["combinations"].items():
+                lines.append(f"  {name:<16} {combo:<32} {q['skip_precision']:.3f} / {q['skip_rate']:.3f} / {q['macro_f1']:.3f}")
+    return lines
+
+
 def format_report(r: dict) -> str:
     hw = r["hardware"]
     lines = [f"bundle {r['bundle']} ({r['headline_precision']} headline: {r.get('headline_variant', '?')}), CPU {hw.get('cpu_model') or hw['cpu']} "
@@ -340,6 +440,8 @@ def format_report(r: dict) -> str:
     lines.append(f"decide() {r['headline_precision']}, {r['split']} test threads in a 128-token window (mean {lat['mean_tokens']:.0f} tokens): "
                  f"p50 {lat['p50_ms']:.2f} ms, p95 {lat['p95_ms']:.2f} ms, p99 {lat['p99_ms']:.2f} ms; "
                  f"full 128-token windows: p50 {lat['full_window_p50_ms']:.2f} ms ({lat['full_window_n']} calls)")
+    if r.get("styles"):
+        lines += format_styles(r["split"], r["styles"])
     for a in r["acceptance"]:
         p = "-" if a["p_skip"] is None else f"{a['p_skip']:.2f}"
         lines.append(f"  {'ok ' if a['ok'] else 'BAD'} {a['message']!r:<50} -> {a['decision']:<8} (want {a['expected']}, P(SKIP)={p})")
@@ -354,9 +456,15 @@ def main(argv: list[str] | None = None) -> int:
                     help="opening_message: training's split; domains: whole pairs.jsonl domains held out; both (default)")
     ap.add_argument("--pairs", help="the domain-labelled pair threads (default: <shared data>/retrieval-gate/pairs.jsonl)")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--styles", nargs="*", default=None,
+                    help="held-out styles to test on (default: every style the config's gate.styles does not train on)")
+    ap.add_argument("--scorer", help="a sufficiency bundle as the SKIP second opinion (combinations table)")
+    ap.add_argument("--sufficiency-threshold", type=float, default=None,
+                    help="P(sufficient) the second opinion needs for SKIP (default: the scorer's partial threshold)")
     ap.add_argument("--out", help="write the results as JSON here")
     args, overrides = ap.parse_known_args(argv)
-    r = run(args.bundle, args.config, overrides, args.threads, split=args.split, pairs=args.pairs)
+    r = run(args.bundle, args.config, overrides, args.threads, split=args.split, pairs=args.pairs, styles=args.styles,
+            scorer=args.scorer, suff_threshold=args.sufficiency_threshold)
     print(format_report(r))
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -206,3 +206,42 @@ def sentence_relevance(question_terms: set[str], sentence: str, idf: Mapping[str
     if idf is None:
         return float(len(hit))
     return float(sum(idf.get(t, 1.0) for t in sorted(hit)))  # sorted: the same sum in every process
+
+
+# Frequent function words of Spanish, French, German, Italian, Portuguese and Dutch that are not English
+# words (ambiguous ones such as "die", "come", "pour", "son", "per", "no", "a" are left out): enough to
+# tell that a message is not written in English without a language model.
+FOREIGN_FUNCTION_WORDS = frozenset(
+    """el los las del por para una uno unos unas es está están son como qué cuál cuánto cuánta cuántos dónde cuándo
+    porque pero también muy hay tiene tienen puedo puede quiero necesito gracias hola eso esto esta este ese esa
+    les des du et est sont avec dans une qui quoi combien où quand pourquoi je tu nous vous ils elles mais aussi très
+    merci bonjour c'est est-ce cette ces mon ma mes votre vos leur peux veux
+    der das und ist nicht mit für ein eine einen wie wer wo warum ich wir ihr sind auch sehr danke bitte kann können
+    möchte gibt noch oder aber welche welcher wann wieviel viel kostet
+    il gli di che sono dove quanto perché anche molto grazie ciao della delle questo questa
+    um uma os não em com é são onde quando também muito obrigado obrigada você vocês
+    het een niet zijn ook maar wat hoe waar waarom hoeveel dank bedankt""".split()
+)
+_ENGLISH_FUNCTION = STOPWORDS - FOREIGN_FUNCTION_WORDS
+
+
+def script_share(text: str) -> float:
+    """Share of the letters in ``text`` that are Latin (ASCII or accented Latin); 1.0 without letters.
+
+    >>> script_share("How much is it?"), round(script_share("Сколько это стоит?"), 2)
+    (1.0, 0.0)
+    """
+    letters = [c for c in text if c.isalpha()]
+    if not letters:
+        return 1.0
+    return sum(c.isascii() or "\u00c0" <= c <= "\u024f" for c in letters) / len(letters)
+
+
+def foreign_words(text: str) -> tuple[int, int]:
+    """(non-English function words, English function words) among the words of ``text``.
+
+    >>> foreign_words("¿Cuánto cuesta el plan para dos personas?"), foreign_words("How much is the plan for two?")
+    ((3, 0), (0, 5))
+    """
+    words = [w.lower() for w in re.findall(r"[^\W\d_][^\W\d_'\-]*", text)]
+    return sum(w in FOREIGN_FUNCTION_WORDS for w in words), sum(w in _ENGLISH_FUNCTION for w in words)

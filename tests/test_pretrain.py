@@ -11,7 +11,7 @@ import pytest
 
 from suffice.serving.config import ConfigError
 from suffice.training.data.builder import DataConfig, build
-from suffice.training.data.pretrain import KINDS, LABEL, holds_answer, stage0_rows
+from suffice.training.data.pretrain import DEFAULT_KINDS, KINDS, LABEL, holds_answer, stage0_rows
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO / "tests" / "fixtures" / "shared"
@@ -104,7 +104,7 @@ def test_the_config_loads_and_the_cli_prints_the_kinds(capsys):
 
     cfg = build_train_config(REPO / "configs" / "pretrain.yaml")
     d = cfg.data_config()
-    assert d.pretrain and list(d.pretrain_kinds) == list(KINDS) and d.include_variants is False
+    assert d.pretrain and list(d.pretrain_kinds) == list(DEFAULT_KINDS) and d.include_variants is False
     assert (cfg.output_dir, cfg.tracking.register, cfg.export, cfg.mixed_precision) == ("models/pretrain", False, False, "auto")
     assert data_main(["stats", "--quiet", f"--data_dir={SHARED}", "--pretrain=true", "--include_variants=false"]) == 0
     assert "Stage-0 train rows from" in capsys.readouterr().out
@@ -150,3 +150,33 @@ def test_stage0_then_sufficiency_and_gate_from_its_directory(tiny_bert, tmp_path
         f"--base_model={stage0}", f"--output_dir={gate}", f"--gate.path={threads}", "--gate.split=opening_message", "--gate.validation_fraction=0.25",
         "--gate.test_fraction=0.25", *common]))
     assert json.loads((gate / "suffice_model.json").read_text())["id2label"] == {"0": "RETRIEVE", "1": "SKIP"}
+
+
+def test_short_passage_kinds_are_one_sentence_each():
+    """s0_answer_sentence / s0_other_sentence (opt-in): the answer sentence alone (1) and the passage's closest
+    answerless sentence (0), so sentence length does not tell the label (the reading run's length cue)."""
+    row = {"id": "m1", "question": "How many moons does Mars have?", "split": "train", "source": "squad1", "group": "g",
+           "variant": "", "passages": [{"title": "Mars", "text": "Mars is the fourth planet. Mars has two small moons, Phobos and Deimos. "
+                                        "The moons of Mars were found in 1877. It is red."}]}
+    out = stage0_rows([row], {"m1": ["two"]}, seed=13, kinds=["s0_answer_sentence", "s0_other_sentence"])
+    by = {r["variant"]: r for r in out}
+    assert by["s0_answer_sentence"]["passages"][0]["text"] == "Mars has two small moons, Phobos and Deimos."
+    assert by["s0_answer_sentence"]["label"] == 1 and by["s0_other_sentence"]["label"] == 0
+    assert by["s0_other_sentence"]["passages"][0]["text"] == "The moons of Mars were found in 1877."  # most terms shared with the question
+    assert stage0_rows([row], {"m1": ["two"]}, seed=13) and {r["variant"] for r in stage0_rows([row], {"m1": ["two"]}, seed=13)} <= set(DEFAULT_KINDS)
+
+
+def test_kind_share_thins_the_named_kinds_and_is_checked():
+    from suffice.training.data.builder import DataConfig
+    from suffice.training.data.pretrain import kept_share
+
+    rows = [{"id": f"r{i}", "variant": v, "label_source": src} for i in range(400)
+            for v, src in (("s0_own", "pretrain"), ("", "synthetic"))]
+    kept = kept_share(rows, {"s0_own": 0.25}, 13)
+    assert sum(r["variant"] == "" for r in kept) == 400  # labelled rows untouched unless named
+    assert 60 < sum(r["variant"] == "s0_own" for r in kept) < 140 and kept == kept_share(rows, {"s0_own": 0.25}, 13)
+    assert 150 < sum(r["variant"] == "" for r in kept_share(rows, {"labelled": 0.5}, 13)) < 250
+    with pytest.raises(ConfigError, match="pretrain_kind_share"):
+        DataConfig(pretrain=True, pretrain_kinds=["s0_own"], pretrain_kind_share={"s0_evidence": 0.5})
+    with pytest.raises(ConfigError, match="pretrain_kind_share"):
+        DataConfig(pretrain=True, pretrain_kinds=["s0_own"], pretrain_kind_share={"s0_own": 0})

@@ -63,10 +63,14 @@ def test_malformed_input_fails_open(gate_bundle, bad):
 def test_errors_fail_open_and_long_questions_are_never_truncated(gate_bundle):
     from suffice.serving import RetrievalGate
 
-    gate = RetrievalGate.load(gate_bundle)
+    from suffice.serving import RetrievalGateConfig
+
     long_q = "please explain " + "the refund policy " * 40
-    d = gate.decide(THREAD[:3] + [{"role": "user", "content": long_q}])
+    d = RetrievalGate.load(gate_bundle, RetrievalGateConfig(ood_guard=False)).decide(THREAD[:3] + [{"role": "user", "content": long_q}])
     assert d.decision == "RETRIEVE" and "QuestionTooLongError" in d.reason
+    gate = RetrievalGate.load(gate_bundle)  # with the guard (the default) a message that long never reaches the model
+    d = gate.decide(THREAD[:3] + [{"role": "user", "content": long_q}])
+    assert d.decision == "RETRIEVE" and d.score is None and d.reason.startswith("out_of_distribution") and "60 words" in d.reason
 
     class Broken:
         def __getattr__(self, name):
@@ -75,6 +79,24 @@ def test_errors_fail_open_and_long_questions_are_never_truncated(gate_bundle):
     gate._model = Broken()
     d = gate.decide(THREAD)
     assert d.decision == "RETRIEVE" and "session crashed" in d.reason
+
+
+@pytest.mark.parametrize("message,why", [("А сколько стоит годовой план?", "Latin script"),
+                                         ("¿Y cuánto cuesta el plan anual para dos personas?", "not in English"),
+                                         ("Und wie viel kostet das für ein Team?", "not in English")])
+def test_out_of_distribution_messages_retrieve_without_the_model(gate_bundle, message, why):
+    """SKIP claims the conversation answers the message; for a script or language the gate never saw it fails open."""
+    from suffice.serving import RetrievalGate, RetrievalGateConfig
+
+    always = RetrievalGateConfig(skip_threshold=0.0)  # every message the model reads would be SKIP
+    thread = THREAD[:3] + [{"role": "user", "content": message}]
+    gate = RetrievalGate.load(gate_bundle, always)
+    gate._model = None  # would raise if the model were touched
+    d = gate.decide(thread)
+    assert d.decision == "RETRIEVE" and d.score is None and d.reason.startswith("out_of_distribution") and why in d.reason
+    off = RetrievalGate.load(gate_bundle, RetrievalGateConfig(skip_threshold=0.0, ood_guard=False)).decide(thread)
+    assert off.decision == "SKIP" and off.score is not None
+    assert RetrievalGate.load(gate_bundle, always).decide(THREAD).decision == "SKIP"  # English passes the guard
 
 
 def test_previous_turns_packed_recent_first(gate_bundle):
@@ -132,7 +154,7 @@ def test_sufficiency_bundle_is_refused(tiny_bert_dir, tmp_path, gate_bundle):
         RetrievalGate.load(other)
 
 
-def test_gate_benchmark_measures_the_bundle_on_held_out_threads(gate_bundle, tmp_path):
+def test_gate_benchmark_measures_the_bundle_on_held_out_threads(gate_bundle, tiny_bert_dir, tmp_path):
     """benchmarks/bench_retrieval_gate.py on a tiny bundle and a 40-thread file: every number is finite."""
     import math
     import sys
@@ -147,6 +169,11 @@ def test_gate_benchmark_measures_the_bundle_on_held_out_threads(gate_bundle, tmp
                     {"role": "assistant", "content": f"Plan {i} costs ${i}.99 a month."},
                     {"role": "user", "content": follow}]
             f.write(json.dumps({"id": f"t{i}", "messages": msgs, "label": "SKIP" if i % 2 else "RETRIEVE", "category": "x"}) + "\n")
+    from suffice.training.data.styles import STYLES
+    from suffice.training.export import export_bundle
+
+    md = make_model_dir(tiny_bert_dir, tmp_path / "suff-model", lora=False, max_length=64)
+    suff_bundle = export_bundle(md, tmp_path / "suff-bundle", [{"question": "What does plan 1 cost?", "passages": ["Plan 1 costs $1."]}] * 4)
     sys.path.insert(0, str(REPO / "benchmarks"))
     try:
         import bench_retrieval_gate as bench
@@ -165,3 +192,18 @@ def test_gate_benchmark_measures_the_bundle_on_held_out_threads(gate_bundle, tmp
     assert len(r["acceptance"]) == 7 and r["acceptance"][-1]["decision"] == "RETRIEVE"  # the first message never runs the model
     assert set(r["goals"]) >= {"macro_f1>=0.90", "acceptance_examples"}
     assert "retrieval gate on" in bench.format_report(r)
+    # issue 33: the test threads in the styles training did not use, each with the combinations
+    sr = r["styles"]
+    assert sr["trained_styles"] == [] and set(sr["held_out_styles"]) == set(STYLES)
+    assert set(sr["sets"]) == {"own", "held_out_pooled", *STYLES}
+    n = r["n_test"]
+    assert sr["sets"]["held_out_pooled"]["stored"]["n"] == n * len(STYLES)
+    for e in sr["sets"].values():
+        assert set(e["combinations"]) == {"model", "model+ood", "model+ood+referent"} and 0.0 <= e["ood_rate"] <= 1.0
+        assert e["combinations"]["model+ood+referent"]["skip_rate"] <= e["combinations"]["model"]["skip_rate"]
+    assert "== styles" in bench.format_report(r)
+    scored = bench.run(gate_bundle, str(REPO / "configs" / "retrieval-gate.yaml"), [f"--gate.path={threads}", "--gate.test_fraction=0.3"],
+                       threads=1, styles=["typos"], scorer=suff_bundle, suff_threshold=0.0)
+    combos = scored["styles"]["sets"]["typos"]["combinations"]
+    # the second opinion at threshold 0 always agrees: the same decisions as without it
+    assert combos["model+ood+sufficiency"] == combos["model+ood"] and set(scored["styles"]["sets"]) == {"own", "typos", "held_out_pooled"}

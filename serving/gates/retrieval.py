@@ -8,7 +8,10 @@ its user turn then the reply, then other lines sharing terms with the new messag
 ``referenced_turn`` (the same, the reply before its user turn) or ``recent`` (the newest turns, the
 oldest trimmed first). The first user message of a thread is always RETRIEVE (nothing
 to answer from yet) without running the model. Any error or malformed input gives RETRIEVE with the
-reason: a gate that fails closed would silently starve the answerer of knowledge.
+reason: a gate that fails closed would silently starve the answerer of knowledge. So does a new message
+unlike any the gate was trained on (:func:`out_of_distribution`: another script, another language, far
+longer than training's follow-ups): SKIP claims the conversation holds the answer, and a model reading
+what it never saw cannot back that claim.
 
 >>> gate = RetrievalGate.load("bundles/retrieval-gate-v1")  # doctest: +SKIP
 >>> gate.decide([{"role": "user", "content": "What is our refund policy?"},
@@ -26,6 +29,7 @@ from typing import Any, Mapping, Sequence
 
 from suffice.serving.bundle import RETRIEVE, SKIP
 from suffice.serving.cpu import CpuInfo
+from suffice.serving.lexical import foreign_words, script_share
 from suffice.serving.runtime import OnnxClassifier, RuntimeConfig
 
 
@@ -66,6 +70,31 @@ def thread_input(messages: Sequence[Mapping[str, Any]], context_turns: int = CON
     return question, turns_as_passages(prev[-context_turns:] if context_turns else [])
 
 
+MAX_MESSAGE_WORDS = 60
+"""Longest new message the gate judges: the training threads' follow-ups have at most 32 words (p99 24)."""
+MIN_LATIN_SHARE = 0.8
+"""Share of the new message's letters that must be Latin: the training threads are written in Latin script."""
+
+
+def out_of_distribution(message: str, max_words: int = MAX_MESSAGE_WORDS) -> str | None:
+    """Why a new user message lies outside what the gate was trained on, or None: ``script`` (under
+    :data:`MIN_LATIN_SHARE` of its letters Latin), ``language`` (at least two non-English function words
+    and more of them than English ones: :func:`~suffice.serving.lexical.foreign_words`) or ``length``
+    (more than ``max_words`` words). The gate answers RETRIEVE for these without asking the model.
+
+    >>> out_of_distribution("Sort that by price"), out_of_distribution("¿Y cuánto cuesta el envío para dos?")
+    (None, 'language')
+    """
+    if script_share(message) < MIN_LATIN_SHARE:
+        return "script"
+    foreign, english = foreign_words(message)
+    if foreign >= 2 and foreign > english:
+        return "language"
+    if len(message.split()) > max_words:
+        return "length"
+    return None
+
+
 @dataclass(frozen=True)
 class RetrievalGateConfig:
     """RetrievalGate settings.
@@ -74,6 +103,8 @@ class RetrievalGateConfig:
     context_turns: how many previous turns go in as context (the most recent ones); training's rows use
         the default (:data:`CONTEXT_TURNS`), so another value hands the model threads cut unlike its training's.
     max_tokens: window for question + context; None uses the bundle's max_length (never more).
+    ood_guard: RETRIEVE without running the model when the new message is out of the training
+        distribution (:func:`out_of_distribution`: script, language, length); False asks the model anyway.
     backend / precision / intra_op_threads / verify_checksums / cpu: as for the scorer (the same
         runtime selection: the fastest variant this CPU supports that passes the parity probe).
     """
@@ -81,6 +112,7 @@ class RetrievalGateConfig:
     skip_threshold: float | None = None
     context_turns: int = CONTEXT_TURNS
     max_tokens: int | None = None
+    ood_guard: bool = True
     precision: str = "auto"
     intra_op_threads: int = 0
     verify_checksums: bool = True
@@ -99,6 +131,13 @@ class RetrievalGateConfig:
     def runtime(self) -> RuntimeConfig:
         return RuntimeConfig(precision=self.precision, intra_op_threads=self.intra_op_threads,
                              verify_checksums=self.verify_checksums, backend=self.backend, cpu=self.cpu)
+
+
+OOD_REASONS = {
+    "script": "the message is not written in Latin script, which the gate was not trained on",
+    "language": "the message is not in English, which the gate was trained on",
+    "length": f"the message is longer than {MAX_MESSAGE_WORDS} words, far beyond the follow-ups the gate was trained on",
+}
 
 
 @dataclass(frozen=True)
@@ -167,6 +206,9 @@ class RetrievalGate:
         if built is None:
             return GateDecision(RETRIEVE, None, ms(), "first_turn: the first user message of a thread always retrieves")
         question, passages = built
+        ood = out_of_distribution(question) if self.config.ood_guard else None
+        if ood is not None:
+            return GateDecision(RETRIEVE, None, ms(), f"out_of_distribution: {OOD_REASONS[ood]}")
         try:
             packed = self._packer.pack(question, passages)
             _, probs = self._model.predict_packed([packed])

@@ -37,7 +37,7 @@ from suffice.serving.config import ConfigError, config_to_dict
 from suffice.training.data.labels import agreement_by_source, apply_labels
 from suffice.training.data.loaders import (LoadReport, gold_label, hash_split, item_answers, load_items,
                                            read_autorater_labels, sha256_file)
-from suffice.training.data.pretrain import KINDS as PRETRAIN_KINDS
+from suffice.training.data.pretrain import DEFAULT_KINDS as PRETRAIN_KINDS
 from suffice.training.data.pretrain import check_kinds, pretrain_rows
 from suffice.training.data.schema import SPLITS, SYNTHETIC_SUFFIX, DataFormatError, Item
 from suffice.training.data.variants import RULES, make_variants, retrieval_like_variants
@@ -111,7 +111,9 @@ class DataConfig:
         also appear as a *retrieval-like* copy: their paragraph among 2-9 paragraphs of other titles
         (``suffice.training.data.variants.retrieval_like_variants``; label unchanged). 0 = none.
     pretrain: build stage-0 pair-reading rows instead of the train split (validation/test unchanged):
-        see ``suffice.training.data.pretrain``; pretrain_kinds: which of its kinds;
+        see ``suffice.training.data.pretrain``; pretrain_kinds: which of its kinds; pretrain_kind_share:
+        ``{kind: share}``, a seeded share of a kind's train rows kept (1 when not named), to weigh the
+        pool, e.g. towards the question-side negatives of ``labelled``;
         pretrain_weak_file: also the rule-labelled rows of a ``suffice weak --out`` file.
     seed: seed for every random choice.
     """
@@ -137,6 +139,7 @@ class DataConfig:
     retrieval_like_fraction: float = 0.0
     pretrain: bool = False
     pretrain_kinds: list[str] = field(default_factory=lambda: list(PRETRAIN_KINDS))
+    pretrain_kind_share: dict[str, float] = field(default_factory=dict)
     pretrain_weak_file: str | None = None
     seed: int = 13
 
@@ -164,6 +167,10 @@ class DataConfig:
             raise ConfigError(f"variant_parent_fraction={self.variant_parent_fraction} must be between 0 and 1")
         if self.pretrain:
             check_kinds(self.pretrain_kinds)
+        bad = {k: v for k, v in self.pretrain_kind_share.items() if k not in self.pretrain_kinds or isinstance(v, bool)
+               or not isinstance(v, (int, float)) or not 0.0 < v <= 1.0}
+        if bad:
+            raise ConfigError(f"pretrain_kind_share {bad}: name kinds of pretrain_kinds ({self.pretrain_kinds}) with a share in (0, 1]")
         bad = [n for n in self.train_sources if n not in SHARED_SOURCES]
         if bad:
             raise ConfigError(f"train_sources {bad} unknown: choose from {list(SHARED_SOURCES)}")
@@ -350,7 +357,7 @@ def to_rows(cfg: DataConfig, log: BuildLog, items: list[Item]) -> list[dict[str,
     if cfg.pretrain:
         if cfg.pretrain_weak_file and Path(cfg.pretrain_weak_file).is_file():
             log.record(Path(cfg.pretrain_weak_file), "weak")
-        rows, log.pretrain = pretrain_rows(rows, cfg.seed, cfg.pretrain_kinds, cfg.pretrain_weak_file)
+        rows, log.pretrain = pretrain_rows(rows, cfg.seed, cfg.pretrain_kinds, cfg.pretrain_weak_file, cfg.pretrain_kind_share)
     bad = [r["id"] for r in rows if r["split"] not in SPLITS]
     if bad:
         raise DataFormatError(f"{len(bad)} item(s) have no valid split (first: {bad[0]!r}): give each a split in {list(SPLITS)}", field="split")

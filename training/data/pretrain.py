@@ -15,6 +15,12 @@ string occurs in its passage (and whose gold label, where it has one, is not "in
 ``s0_other_paragraph`` (label 0)
     another paragraph of the same article (same title) that holds no answer string; else a
     paragraph of another title. Paragraphs that also occur in a validation/test row are never used.
+``s0_answer_sentence`` (label 1)
+    the answer-bearing sentence(s) alone, without neighbours (emitted only when shorter than the
+    passage): short positives, so that a one-sentence passage is not read as a cut-down negative.
+``s0_other_sentence`` (label 0)
+    one sentence of the same passage that holds no answer string: the one sharing the most terms with
+    the question (a same-topic near miss, as short as ``s0_answer_sentence``).
 ``labelled`` (optional kind)
     every labelled train row stage 0 did not rebuild into constructed rows, as it is (its own label and label
     source): the real unanswerable questions, the teacher's minimal-pair edits and label-0
@@ -37,11 +43,15 @@ for this (``configs/pretrain.yaml``; ``suffice data prepare --pretrain=true`` to
 >>> out = stage0_rows([row, other], {"q1": ["France"], "q2": ["Rollo"]}, seed=13)
 >>> sorted((r["variant"], r["label"]) for r in out if r["parent_id"] == "q1")
 [('s0_answer_removed', 0), ('s0_evidence', 1), ('s0_other_paragraph', 0), ('s0_own', 1)]
+>>> short = stage0_rows([row, other], {"q1": ["France"], "q2": ["Rollo"]}, seed=13, kinds=["s0_answer_sentence", "s0_other_sentence"])
+>>> [(r["variant"], r["passages"][0]["text"]) for r in short if r["parent_id"] == "q1"]
+[('s0_answer_sentence', 'Normandy is in France.'), ('s0_other_sentence', 'Rollo led them.')]
 """
 
 from __future__ import annotations
 
 import bisect
+import hashlib
 import random
 import re
 from collections import Counter, defaultdict
@@ -50,11 +60,15 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from suffice.serving.config import ConfigError
 from suffice.serving.jsonl import iter_jsonl
+from suffice.serving.lexical import content_terms
 from suffice.serving.packing import split_sentences
 
-KINDS = ("s0_own", "s0_evidence", "s0_answer_removed", "s0_other_paragraph")
+KINDS = ("s0_own", "s0_evidence", "s0_answer_removed", "s0_other_paragraph", "s0_answer_sentence", "s0_other_sentence")
+DEFAULT_KINDS = KINDS[:4]
+"""The kinds a stage-0 build makes unless told (``DataConfig.pretrain_kinds``): the short-passage kinds are opt-in."""
 LABELLED = "labelled"
-LABEL = {"s0_own": 1, "s0_evidence": 1, "s0_answer_removed": 0, "s0_other_paragraph": 0}
+LABEL = {"s0_own": 1, "s0_evidence": 1, "s0_answer_removed": 0, "s0_other_paragraph": 0, "s0_answer_sentence": 1,
+         "s0_other_sentence": 0}
 LABEL_SOURCE = "pretrain"
 
 
@@ -97,7 +111,7 @@ def _row(parent: Mapping[str, Any], kind: str, title: str, text: str, label: int
 
 
 def stage0_rows(train_rows: Iterable[Mapping[str, Any]], answers: Mapping[str, Sequence[str]], seed: int = 13,
-                kinds: Sequence[str] = KINDS, held_out_texts: Iterable[str] = ()) -> list[dict[str, Any]]:
+                kinds: Sequence[str] = DEFAULT_KINDS, held_out_texts: Iterable[str] = ()) -> list[dict[str, Any]]:
     """Stage-0 rows (the prepared-data columns) from ``train_rows``; see the module docstring.
 
     Only rows with split ``train``, no variant, one passage, a gold label that is not 0 and a known
@@ -128,6 +142,11 @@ def stage0_rows(train_rows: Iterable[Mapping[str, Any]], answers: Mapping[str, S
         kept = [s for s in sents if not holds_answer(s, ans)]
         if kept and len(kept) < len(sents):
             made["s0_answer_removed"] = (title, " ".join(kept))
+            made["s0_answer_sentence"] = (title, " ".join(s for s in sents if holds_answer(s, ans)))
+            q_terms = set(content_terms(r["question"]))
+            overlap = [len(q_terms & set(content_terms(s))) for s in kept]
+            best = [s for s, o in zip(kept, overlap) if o == max(overlap)]
+            made["s0_other_sentence"] = (title, best[rng.randrange(len(best))])
         same = [t for t in by_title.get(title, ()) if t != text and not holds_answer(t, ans)]
         if same:
             made["s0_other_paragraph"] = (title, same[rng.randrange(len(same))])
@@ -164,11 +183,31 @@ def weak_rows(path: str | Path, held_out_groups: set[str]) -> tuple[list[dict[st
     return out, dropped
 
 
-def pretrain_rows(rows: Sequence[Mapping[str, Any]], seed: int, kinds: Sequence[str] = KINDS,
-                  weak_file: str | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def kept_share(rows: list[dict[str, Any]], share: Mapping[str, float], seed: int) -> list[dict[str, Any]]:
+    """The rows with, for each kind named in ``share`` (a row's ``variant``, or ``labelled`` for the rows
+    kept as they are), a seeded share of that kind kept (by a hash of the row id: the same in every process).
+
+    >>> rows = [{"id": f"r{i}", "variant": "s0_own", "label_source": "pretrain"} for i in range(1000)]
+    >>> 450 < len(kept_share(rows, {"s0_own": 0.5}, 13)) < 550
+    True
+    """
+    if not share:
+        return rows
+    out = []
+    for r in rows:
+        kind = r["variant"] if r.get("label_source") == LABEL_SOURCE else LABELLED
+        s = share.get(kind, 1.0)
+        if s >= 1.0 or int(hashlib.sha256(f"{seed}:share:{r['id']}".encode()).hexdigest()[:8], 16) / 0xFFFFFFFF < s:
+            out.append(r)
+    return out
+
+
+def pretrain_rows(rows: Sequence[Mapping[str, Any]], seed: int, kinds: Sequence[str] = DEFAULT_KINDS,
+                  weak_file: str | None = None, kind_share: Mapping[str, float] | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """All rows of a stage-0 build: the validation/test rows of ``rows`` unchanged, the train rows
     replaced by :func:`stage0_rows` (+ the ``labelled`` rows when asked, + :func:`weak_rows` of
-    ``weak_file``), and a report for the manifest. Answers come from each row's ``answers`` column.
+    ``weak_file``), each kind thinned to its ``kind_share`` (:func:`kept_share`), and a report for the
+    manifest. Answers come from each row's ``answers`` column.
     """
     answers = {r["id"]: list(r.get("answers") or []) for r in rows}
     train = [r for r in rows if r["split"] == "train"]
@@ -185,11 +224,13 @@ def pretrain_rows(rows: Sequence[Mapping[str, Any]], seed: int, kinds: Sequence[
                                     "`suffice weak --config configs/sufficiency.yaml --out FILE`, or leave the option out")
         weak, dropped_weak = weak_rows(weak_file, {r["group"] for r in held})
         out += weak
+    out = kept_share(out, kind_share or {}, seed)
     if not out:
         raise ConfigError("stage 0 found no train row with a known answer in its passage: check the data: section "
                           "(sources, include_synthetic) and that items carry gold answers")
     report = {"parents": len({r["parent_id"] for r in out if r["label_source"] == LABEL_SOURCE}), "train_rows_before": len(train),
               "rows_by_kind": dict(sorted(Counter(r["variant"] for r in out).items())),
               "rows_by_label": dict(sorted(Counter(str(r["label"]) for r in out).items())),
-              "weak_rows_dropped_held_out_group": dropped_weak, "kinds": list(kinds), "weak_file": weak_file}
+              "weak_rows_dropped_held_out_group": dropped_weak, "kinds": list(kinds), "kind_share": dict(kind_share or {}),
+              "weak_file": weak_file}
     return held + out, report

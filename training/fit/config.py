@@ -99,6 +99,13 @@ class RetrievalGateData:
     pair_loss_weight: weight of the pair ranking loss (:mod:`suffice.training.fit.pairs`): within a
         batch, the SKIP thread of a pair must score P(SKIP) above its RETRIEVE partner; 0 = off.
         Needs ``pair_batches``.
+    styles: writing styles (:data:`suffice.training.data.styles.STYLES`) of the user's new message that
+        training adds as styled copies of its train threads (same label: the styles change how a request
+        is written, not what it asks); [] = the writer's own style only.
+    style_copies: styled copies per train thread (styles drawn per pair, both threads alike).
+    style_validation: validation also holds one copy of each validation thread per style, and the SKIP
+        threshold is the most conservative of the per-style ones (each style's lowest threshold with
+        ``calibration.skip_min_precision``): a threshold that holds when the writer changes.
     """
 
     path: str | None = None
@@ -108,8 +115,19 @@ class RetrievalGateData:
     test_fraction: float = 0.15
     pair_batches: bool = True
     pair_loss_weight: float = 0.0
+    styles: list[str] = field(default_factory=list)
+    style_copies: int = 1
+    style_validation: bool = True
 
     def __post_init__(self) -> None:
+        from suffice.training.data.styles import check_styles
+
+        try:
+            self.styles = check_styles(list(self.styles))
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        if not isinstance(self.style_copies, int) or self.style_copies < 0:
+            raise ConfigError(f"gate.style_copies={self.style_copies!r} must be an integer >= 0 (0 = no styled copies)")
         if not (0 < self.validation_fraction < 0.5 and 0 < self.test_fraction < 0.5):
             raise ConfigError(
                 f"gate.validation_fraction={self.validation_fraction} and gate.test_fraction={self.test_fraction} "

@@ -27,7 +27,8 @@ from suffice.training.fit.meta import ModelMeta
 from suffice.training.tracking import headline_metrics
 
 
-def level_thresholds(cfg: TrainConfig, val_logits: np.ndarray, val_labels: np.ndarray, calibration: Calibration):
+def level_thresholds(cfg: TrainConfig, val_logits: np.ndarray, val_labels: np.ndarray, calibration: Calibration,
+                     val_sources: Sequence[str] | None = None):
     """Sufficiency: the configured ``sufficient`` / ``partial`` thresholds (their meaning is fixed:
     calibrated P(sufficient) >= 0.8 answers, >= 0.5 caveats), and how decisive the model is there on
     validation (:func:`suffice.training.fit.calibration.decisiveness`)."""
@@ -38,13 +39,32 @@ def level_thresholds(cfg: TrainConfig, val_logits: np.ndarray, val_labels: np.nd
     return {SUFFICIENT: cfg.calibration.sufficient, PARTIAL: cfg.calibration.partial}, {VALIDATION_LEVELS: levels}
 
 
-def skip_threshold(cfg: TrainConfig, val_logits: np.ndarray, val_labels: np.ndarray, calibration: Calibration):
-    """Retrieval gate: the lowest SKIP threshold whose validation precision reaches ``skip_min_precision``."""
+def skip_threshold(cfg: TrainConfig, val_logits: np.ndarray, val_labels: np.ndarray, calibration: Calibration,
+                   val_sources: Sequence[str] | None = None):
+    """Retrieval gate: the lowest SKIP threshold whose validation precision reaches ``skip_min_precision``.
+
+    With styled validation copies (``gate.styles`` + ``gate.style_validation``: sources ``<source>~<style>``)
+    the threshold is picked per style (the writer's own included) and the highest one is kept: the
+    conservative choice when the writing styles disagree. The record keeps each style's threshold."""
+    from suffice.training.data.styles import style_of
     from suffice.training.fit.calibration import threshold_for_precision
 
     p_skip = calibration.scores(val_logits, cfg.positive_index)
-    th, achieved = threshold_for_precision(p_skip, (val_labels == cfg.positive_index).astype(int), cfg.calibration.skip_min_precision)
-    return {SKIP_THRESHOLD: th}, {"skip_min_precision": cfg.calibration.skip_min_precision, "validation_skip_precision": achieved}
+    y = (val_labels == cfg.positive_index).astype(int)
+    target = cfg.calibration.skip_min_precision
+    th, achieved = threshold_for_precision(p_skip, y, target)
+    info: dict[str, Any] = {"skip_min_precision": target, "validation_skip_precision": achieved}
+    styles = [style_of(s) for s in val_sources] if val_sources is not None else []
+    if len(set(styles)) > 1:
+        per_style = {}
+        for name in sorted(set(styles)):
+            ix = np.asarray([s == name for s in styles])
+            per_style[name or "own"] = float(threshold_for_precision(p_skip[ix], y[ix], target)[0])
+        th = max(per_style.values())
+        skipped = p_skip >= th
+        info.update(skip_threshold_by_style=per_style, threshold_rule="max over styles",
+                    validation_skip_precision=float(y[skipped].mean()) if skipped.any() else float("nan"))
+    return {SKIP_THRESHOLD: th}, info
 
 
 THRESHOLD_RULES = {SUFFICIENCY.name: level_thresholds, RETRIEVAL_GATE.name: skip_threshold}
@@ -65,7 +85,7 @@ def calibration_and_thresholds(cfg: TrainConfig, val_logits: np.ndarray, val_lab
     if flatness >= 0.99 * T_MAX:
         print(f"warning: the fitted calibration ({cal.describe()}) sits at its bound: the validation logits carry almost no signal, "
               "so calibration flattens every score towards the base rate (train longer or check the data)", file=sys.stderr)
-    thresholds, info = THRESHOLD_RULES[cfg.task](cfg, val_logits, val_labels, cal)
+    thresholds, info = THRESHOLD_RULES[cfg.task](cfg, val_logits, val_labels, cal, val_sources)
     return cal, thresholds, {**cal.to_record(), "pool": cfg.calibration.pool, **info}
 
 

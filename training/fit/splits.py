@@ -112,11 +112,29 @@ def load_gate_splits(cfg: TrainConfig) -> Splits:
     except (DataFormatError, FileNotFoundError) as e:
         raise ConfigError(f"{e}; fix the thread, or set gate.path / gate.pairs_path / gate.split") from e
     files = [path] + ([Path(cfg.gate.pairs_path) if cfg.gate.pairs_path else path.parent / "pairs.jsonl"] if cfg.gate.split == "domains" else [])
+    out = add_styled_copies(out, cfg)
+    styled = f"-styles{'+'.join(cfg.gate.styles)}x{cfg.gate.style_copies}{'v' if cfg.gate.style_validation else ''}" if cfg.gate.styles else ""
     return Splits(
         train=Dataset.from_list(out["train"]), validation=Dataset.from_list(out["validation"]), test=Dataset.from_list(out["test"]),
-        data_hash=file_hash(files) + f"-s{cfg.seed}" + ("-domains" if cfg.gate.split == "domains" else ""),
+        data_hash=file_hash(files) + f"-s{cfg.seed}" + ("-domains" if cfg.gate.split == "domains" else "") + styled,
         label_source="gate-dataset", manifest={"files": [str(f) for f in files], "split": cfg.gate.split},
     )
+
+
+def add_styled_copies(splits: dict[str, list[dict[str, Any]]], cfg: TrainConfig) -> dict[str, list[dict[str, Any]]]:
+    """The gate splits with ``gate.styles`` applied (:mod:`suffice.training.data.styles`): ``style_copies``
+    styled copies of each train thread, and (``style_validation``) one copy of each validation thread per
+    style, for the per-style SKIP threshold. Test stays the writer's own: held-out styles are the benchmark's."""
+    from suffice.training.data.styles import styled_copies
+
+    g = cfg.gate
+    if not g.styles:
+        return splits
+    out = dict(splits)
+    out["train"] = [*splits["train"], *styled_copies(splits["train"], g.styles, g.style_copies, cfg.seed)]
+    if g.style_validation:
+        out["validation"] = [*splits["validation"], *styled_copies(splits["validation"], g.styles, len(g.styles), cfg.seed)]
+    return out
 
 
 def load_prepared_splits(cfg: TrainConfig, is_main: bool = True) -> Splits:
