@@ -257,6 +257,14 @@ def style_results(gate, rows: list[dict], styles: list[str], min_precision: floa
     t = gate.skip_threshold
     sets = {"own": rows, **{st: [styled_row(r, st) for r in rows] for st in styles}}
     out: dict = {}
+    if scorer is not None:  # what the second opinion adds to one decide(): one scorer call per follow-up
+        ms = []
+        for r in rows[:100]:
+            t0 = time.perf_counter()
+            sufficiency_scores(scorer, [r])
+            ms.append((time.perf_counter() - t0) * 1e3)
+        out["second_opinion_ms"] = {"p50": float(np.percentile(ms, 50)), "p95": float(np.percentile(ms, 95)), "n": len(ms),
+                                    "variant": scorer.variant}
     pooled: dict[str, list] = {}
     for name, rs in sets.items():
         y = np.asarray([r["label"] for r in rs])
@@ -329,7 +337,7 @@ def run(bundle: str | Path, config: str = str(REPO / "configs" / "retrieval-gate
     ``domains`` (leave-domains-out) or ``both``. Each split's results are under ``splits[name]``; the
     first split's are also at the top level (the fields this report always had), with the latency and
     the acceptance examples, which do not depend on the split. ``styles``: the held-out styles of the first
-    split's style results (None = every style ``cfg.gate.styles`` does not train on; [] = none);
+    split's style results (the ``domains`` split where measured; None = every style ``cfg.gate.styles`` does not train on; [] = none);
     ``scorer``: a sufficiency bundle as the second opinion, SKIP only at P(sufficient) >= ``suff_threshold``
     (None = its ``partial`` threshold). The headline precision is int8; a bundle
     without an int8 model (its int8 failed the parity check at export) is measured in fp32 and says so
@@ -352,6 +360,7 @@ def run(bundle: str | Path, config: str = str(REPO / "configs" / "retrieval-gate
     gates = {p: RetrievalGate.load(bundle, RetrievalGateConfig(precision=p, intra_op_threads=threads)) for p in precisions}
     min_precision = cfg.calibration.skip_min_precision or 0.95
     splits = {}
+    style_split = "domains" if "domains" in names else names[0]  # the split whose test domains no training thread came from
     for name in names:
         rows = split_threads(cfg, name, pairs)
         splits[name] = evaluate_split(gates, rows, min_precision)
@@ -361,10 +370,11 @@ def run(bundle: str | Path, config: str = str(REPO / "configs" / "retrieval-gate
             gate128 = RetrievalGate.load(bundle, RetrievalGateConfig(precision=head, intra_op_threads=threads, max_tokens=window))
             latency = latency_128(gate128, rows["test"])
             examples = acceptance(gates[head])
+        if name == style_split:
             held_out = [st for st in STYLES if st not in cfg.gate.styles] if styles is None else check_styles(styles, "--styles")
             suff = SufficiencyScorer.load(scorer, ScorerConfig(intra_op_threads=threads)) if scorer else None
             st = suff_threshold if suff_threshold is not None or suff is None else suff.thresholds["partial"]
-            style_report = {"trained_styles": list(cfg.gate.styles), "held_out_styles": held_out, "scorer": str(scorer) if scorer else None,
+            style_report = {"split": name, "trained_styles": list(cfg.gate.styles), "held_out_styles": held_out, "scorer": str(scorer) if scorer else None,
                             "sufficiency_threshold": st, "sets": style_results(gates[head], rows["test"], held_out, min_precision, suff, st)}
     for s in splits.values():
         s["goals"], s["goals_issue21"] = split_goals(s, head, latency, examples)
@@ -418,10 +428,15 @@ def format_styles(split: str, sr: dict) -> list[str]:
              f"{', '.join(sr['trained_styles']) or 'the writer’s own only'})"]
     lines.append(f"{'set':<16} {'macro-F1':>9} {'SKIP prec':>10} {'SKIP rate':>10} {'AUROC':>6} {'t@target':>9} {'OOD':>6} {'veto':>6}")
     for name, e in sr["sets"].items():
+        if name == "second_opinion_ms":
+            continue
         q = e["stored"]
         lines.append(f"{name:<16} {q['macro_f1']:>9.3f} {q['skip_precision']:>10.3f} {q['skip_rate']:>10.3f} {e['auroc']:>6.3f} "
                      f"{e['threshold_for_target']:>9.3f} {e['ood_rate']:>6.3f} {e['referent_veto_rate']:>6.3f}")
     extra = f" (sufficiency: {sr['scorer']} at >= {sr['sufficiency_threshold']:.2f})" if sr.get("scorer") else ""
+    if "second_opinion_ms" in sr["sets"]:
+        so = sr["sets"]["second_opinion_ms"]
+        lines.append(f"the second opinion costs one scorer call per follow-up: p50 {so['p50']:.2f} ms, p95 {so['p95']:.2f} ms ({so['variant']})")
     lines.append(f"combinations at the stored threshold{extra}: SKIP precision / SKIP rate / macro-F1")
     for name in ("own", "held_out_pooled"):
         if name in sr["sets"]:
@@ -441,7 +456,7 @@ def format_report(r: dict) -> str:
                  f"p50 {lat['p50_ms']:.2f} ms, p95 {lat['p95_ms']:.2f} ms, p99 {lat['p99_ms']:.2f} ms; "
                  f"full 128-token windows: p50 {lat['full_window_p50_ms']:.2f} ms ({lat['full_window_n']} calls)")
     if r.get("styles"):
-        lines += format_styles(r["split"], r["styles"])
+        lines += format_styles(r["styles"]["split"], r["styles"])
     for a in r["acceptance"]:
         p = "-" if a["p_skip"] is None else f"{a['p_skip']:.2f}"
         lines.append(f"  {'ok ' if a['ok'] else 'BAD'} {a['message']!r:<50} -> {a['decision']:<8} (want {a['expected']}, P(SKIP)={p})")

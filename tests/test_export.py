@@ -206,12 +206,18 @@ def test_validation_data_reads_items_and_gate_threads(tmp_path):
         load_validation_jsonl(f, None)
 
 
-def test_cli_ships_what_passes_when_onnx_runtime_int8_is_refused(exported, tmp_path, capsys):
+def test_cli_ships_what_passes_when_onnx_runtime_int8_is_refused(exported, tmp_path, capsys, monkeypatch):
     """`suffice export` as training's `export: true`: a refused ONNX Runtime int8 model leaves the bundle
-    without it (fp32, plus OpenVINO int8 when that passes on its own) instead of no bundle at all."""
+    without it (fp32, plus OpenVINO int8 when that passes on its own) instead of no bundle at all, in one
+    export pass (the model is converted once, not again without int8), the refusal in the manifest."""
     from suffice.serving import SufficiencyScorer
     from suffice.serving.bundle import read_manifest
     from suffice.training import export
+    from suffice.training.export import bundle as bundle_mod
+
+    conversions = []
+    real_to_onnx = bundle_mod.to_onnx
+    monkeypatch.setattr(bundle_mod, "to_onnx", lambda *a, **k: conversions.append(1) or real_to_onnx(*a, **k))
 
     model_dir, _ = exported
     data = tmp_path / "val.jsonl"
@@ -224,4 +230,5 @@ def test_cli_ships_what_passes_when_onnx_runtime_int8_is_refused(exported, tmp_p
     assert "ONNX Runtime int8 refused by its parity check (int8_score_shift" in err and "ships without it" in err
     m = read_manifest(out)
     assert m.int8_model_file is None and not (out / "model.int8.onnx").exists() and (out / m.model_file).is_file()
+    assert m.parity.int8["refused"].startswith("int8_score_shift") and len(conversions) == 1
     assert SufficiencyScorer.load(out).score("Where is the Eiffel Tower?", ["It is in Paris."]).level in ("sufficient", "partial", "insufficient")

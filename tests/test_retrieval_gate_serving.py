@@ -195,7 +195,7 @@ def test_gate_benchmark_measures_the_bundle_on_held_out_threads(gate_bundle, tin
     # issue 33: the test threads in the styles training did not use, each with the combinations
     sr = r["styles"]
     assert sr["trained_styles"] == [] and set(sr["held_out_styles"]) == set(STYLES)
-    assert set(sr["sets"]) == {"own", "held_out_pooled", *STYLES}
+    assert sr["split"] == "opening_message" and set(sr["sets"]) == {"own", "held_out_pooled", *STYLES}
     n = r["n_test"]
     assert sr["sets"]["held_out_pooled"]["stored"]["n"] == n * len(STYLES)
     for e in sr["sets"].values():
@@ -206,4 +206,6 @@ def test_gate_benchmark_measures_the_bundle_on_held_out_threads(gate_bundle, tin
                        threads=1, styles=["typos"], scorer=suff_bundle, suff_threshold=0.0)
     combos = scored["styles"]["sets"]["typos"]["combinations"]
     # the second opinion at threshold 0 always agrees: the same decisions as without it
-    assert combos["model+ood+sufficiency"] == combos["model+ood"] and set(scored["styles"]["sets"]) == {"own", "typos", "held_out_pooled"}
+    assert combos["model+ood+sufficiency"] == combos["model+ood"]
+    assert set(scored["styles"]["sets"]) == {"own", "typos", "held_out_pooled", "second_opinion_ms"}
+    assert scored["styles"]["sets"]["second_opinion_ms"]["p50"] > 0

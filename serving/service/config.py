@@ -205,10 +205,16 @@ class RetrieverSection:
 
 @dataclass(frozen=True)
 class RetrievalGateSection:
-    """The optional retrieval-gate bundle behind ``/v1/retrieval-gate`` (null = route answers 404)."""
+    """The optional retrieval-gate bundle behind ``/v1/retrieval-gate`` (null = route answers 404).
+
+    skip_threshold: None = the bundle's ``thresholds.skip``. ood_guard: RETRIEVE without asking the model
+    for a new message in another script or language, or far longer than the gate's training follow-ups
+    (:func:`suffice.serving.gates.retrieval.out_of_distribution`).
+    """
 
     bundle: str | None = None
     skip_threshold: float | None = None
+    ood_guard: bool = True
 
 
 @dataclass(frozen=True)

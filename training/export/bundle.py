@@ -38,6 +38,7 @@ def export_bundle(
     model_version: str | None = None,
     probe_items: int = 32,
     openvino_int8: bool | None = None,
+    int8_optional: bool = False,
 ) -> Path:
     """Export a trained-model directory to a checked bundle at ``out_dir`` and return its path.
 
@@ -45,6 +46,9 @@ def export_bundle(
     tuples (labels enable the F1 check); None uses a few built-in probe pairs.
     ``probe_items``: how many of the parity items (spread over them) go into the bundle's parity
     probe with their fp32 scores, so serving can check every variant on its own CPU; 0 writes none.
+
+    ``int8_optional``: an ONNX Runtime int8 model that fails the parity rule is left out (the manifest's
+    ``parity.int8_refused`` says why) instead of failing the export; the other variants are checked in the same pass.
 
     >>> export_bundle("runs/x/model", "/tmp/bundle", validation_items=[("Where is Paris?", ["Paris is in France."])])  # doctest: +SKIP
     PosixPath('/tmp/bundle')
@@ -79,8 +83,13 @@ def export_bundle(
         ov_file, ov_desc, ov_skipped = make_openvino_int8(bundle, packed, packer.pad_id, quantize if openvino_int8 is None else openvino_int8,
                                               required=openvino_int8 is True)
         measured, fp32_par = check_parity(merged, bundle, packed, packer.pad_id, [lab for _, _, lab in items], meta, pc,
-                                          quantized=quantize, graph_optimization=opt_desc, quantization=quant_desc, openvino_int8=ov_file)
+                                          quantized=quantize, graph_optimization=opt_desc, quantization=quant_desc, openvino_int8=ov_file,
+                                          int8_optional=int8_optional)
         report = ParityReport.from_dict(measured)
+        shipped_int8 = quantize and "refused" not in report.int8
+        if quantize and not shipped_int8:
+            log.warning("ONNX Runtime int8 left out of the bundle: %s", report.int8["refused"])
+            (bundle / MODEL_INT8).unlink()
         if ov_skipped:
             report = dataclasses.replace(report, openvino_int8=VariantCheck(passed=False, refused=ov_skipped))
         elif ov_file:
@@ -92,8 +101,8 @@ def export_bundle(
                     f.unlink()
                 ov_file = None
         probe_file = (write_probe(bundle, packed, fp32_par, meta, pc, packer.pad_id, probe_items,
-                                  variants=shipped_int8_variants(quantize, ov_file, report)) if probe_items else None)
-        write_manifest(bundle, build_manifest(bundle, meta, report, quantized=quantize, probe_file=probe_file,
+                                  variants=shipped_int8_variants(shipped_int8, ov_file, report)) if probe_items else None)
+        write_manifest(bundle, build_manifest(bundle, meta, report, quantized=shipped_int8, probe_file=probe_file,
                                               registered_model=registered_model, model_version=model_version, openvino_int8_file=ov_file))
         check_roundtrip(bundle, packed, fp32_par, pc)
 
@@ -141,25 +150,17 @@ def make_openvino_int8(bundle: Path, packed: Sequence[Any], pad_id: int, wanted:
 def export_shipping_what_passes(model_dir: str | os.PathLike, out_dir: str | os.PathLike,
                                 validation_items: Sequence[Any] | None = None, *, quantize: bool = True,
                                 openvino_int8: bool | None = None, **kwargs: Any) -> tuple[Path, str | None]:
-    """:func:`export_bundle`, and when the ONNX Runtime int8 model fails its parity check, the bundle
-    without it: fp32 plus the OpenVINO int8 model, which is checked on its own and stays when it passes
-    (where nncf is installed). What ``suffice export`` and training's ``export: true`` both do, so a
-    refused variant never costs the user the faster one that passed. Returns (bundle, the refusal or None):
-    the caller says it (on stderr, on the run).
+    """:func:`export_bundle` with ``int8_optional``: when the ONNX Runtime int8 model fails its parity check
+    the bundle ships without it (fp32 plus the OpenVINO int8 model, checked on its own in the same pass,
+    where it passes), instead of failing. What ``suffice export`` and training's ``export: true`` both do,
+    so a refused variant never costs the user the faster one that passed. Returns (bundle, the refusal or
+    None): the caller says it (on stderr, on the run).
 
     >>> export_shipping_what_passes("models/x", "models/x/bundle", items)  # doctest: +SKIP
     (PosixPath('models/x/bundle'), 'int8 moves the calibrated score by 0.0212 on average ...')
     """
-    from suffice.training.export.errors import ParityError
-    from suffice.training.export.steps import nncf_missing
+    from suffice.serving.bundle import read_manifest
 
-    existed = Path(out_dir).exists()
-    try:
-        return export_bundle(model_dir, out_dir, validation_items, quantize=quantize, openvino_int8=openvino_int8, **kwargs), None
-    except ParityError as e:
-        if not (quantize and e.check.startswith("int8")):
-            raise
-        refusal = f"{e.check}: {e}"
-    ov = (nncf_missing() is None) if openvino_int8 is None else openvino_int8
-    retry = {**kwargs, "overwrite": kwargs.get("overwrite", False) or not existed}  # a folder the failed attempt left
-    return export_bundle(model_dir, out_dir, validation_items, quantize=False, openvino_int8=ov, **retry), refusal
+    bundle = export_bundle(model_dir, out_dir, validation_items, quantize=quantize, openvino_int8=openvino_int8,
+                           int8_optional=True, **kwargs)
+    return bundle, read_manifest(bundle).parity.int8.get("refused")
