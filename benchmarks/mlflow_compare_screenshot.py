@@ -100,8 +100,9 @@ def free_port() -> int:
 
 
 def start_ui(store: Path, port: int) -> subprocess.Popen:
-    """``mlflow ui`` on the store with one worker (what ``make mlflow-ui`` runs); waits until it answers."""
-    log = open(store.parent / "mlflow-ui.log", "w")
+    """``mlflow ui`` on the store with one worker (what ``make mlflow-ui`` runs); waits until it answers.
+    Its log goes inside the store (``mlruns/`` is never committed), not beside it in the working tree."""
+    log = open(store / "mlflow-ui.log", "w")
     proc = subprocess.Popen([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", f"sqlite:///{store / 'mlflow.db'}",
                              "--host", "127.0.0.1", "--port", str(port), "--workers", "1"], stdout=log, stderr=subprocess.STDOUT)
     deadline = time.time() + 120
@@ -113,7 +114,7 @@ def start_ui(store: Path, port: int) -> subprocess.Popen:
         except OSError:
             time.sleep(1)
     proc.terminate()
-    raise RuntimeError(f"mlflow ui did not answer on port {port} within 120 s: see {store.parent / 'mlflow-ui.log'}")
+    raise RuntimeError(f"mlflow ui did not answer on port {port} within 120 s: see {store / 'mlflow-ui.log'}")
 
 
 def compare_url(port: int, store: Path, versions: list[str]) -> str:
