@@ -91,3 +91,18 @@ def test_a_failing_dataset_record_does_not_fail_the_run(tmp_path, monkeypatch, c
     tracker.log_metrics({"headline/test_macro_f1": 0.5})
     assert tracker.client.get_run(tracker.run_id).data.metrics == {"headline/test_macro_f1": 0.5}
     tracker.end()
+
+
+def test_metric_and_tag_names_from_odd_source_names_are_logged(tmp_path):
+    """Per-source metrics are named after the data's sources: a name MLflow refuses ("~" in the retrieval
+    gate's styled sources) once crashed a finished run at its last step; now it is logged under a safe name."""
+    from suffice.training.tracking import RunTracker
+
+    tracker = RunTracker(tracking_uri=f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")
+    tracker.start("t")
+    tracker.log_metrics({"headline/val_retrieval-gate~typos_macro_f1": 0.9, "val_my source (v2)_auroc": 0.8})
+    tracker.set_tags({"source~x": "y"})
+    data = tracker.client.get_run(tracker.run_id).data
+    assert data.metrics == {"headline/val_retrieval-gate_typos_macro_f1": 0.9, "val_my source _v2__auroc": 0.8}
+    assert data.tags["source_x"] == "y"
+    tracker.end()

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -86,6 +87,20 @@ def config_params(cfg: Any) -> dict[str, str]:
     """
     flat = flatten(config_to_dict(cfg))
     return {k: str(v)[:MAX_PARAM_CHARS] for k, v in flat.items()}
+
+
+_NOT_IN_MLFLOW_NAMES = re.compile(r"[^A-Za-z0-9_\-. :/]")
+
+
+def mlflow_key(name: str) -> str:
+    """A metric or tag name MLflow accepts (letters, digits, ``_ - . : /`` and spaces; anything else
+    becomes ``_``): source names come from the user's data, and one odd character in them must not fail a
+    finished run when it logs its metrics.
+
+    >>> mlflow_key("headline/val_retrieval-gate~typos_macro_f1")
+    'headline/val_retrieval-gate_typos_macro_f1'
+    """
+    return _NOT_IN_MLFLOW_NAMES.sub("_", name)
 
 
 def headline_metrics(test: Mapping[str, Mapping[str, float]] | None, validation: Mapping[str, Mapping[str, float]] | None,
@@ -310,7 +325,7 @@ class RunTracker:
             return
         for k, v in tags.items():
             if v is not None:
-                self.client.set_tag(self.run_id, k, str(v))
+                self.client.set_tag(self.run_id, mlflow_key(k), str(v))
 
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
         if not self.enabled or not metrics:
@@ -321,7 +336,7 @@ class RunTracker:
         from mlflow.entities import Metric
 
         ts = int(time.time() * 1000)
-        ms = [Metric(k, float(v), ts, step or 0) for k, v in metrics.items() if isinstance(v, (int, float)) and math.isfinite(v)]
+        ms = [Metric(mlflow_key(k), float(v), ts, step or 0) for k, v in metrics.items() if isinstance(v, (int, float)) and math.isfinite(v)]
         for i in range(0, len(ms), 1000):
             self.client.log_batch(self.run_id, metrics=ms[i : i + 1000])
 
