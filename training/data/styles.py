@@ -104,6 +104,19 @@ def verbose(text: str, rng: random.Random) -> str:
     return frame.format(m=text if frame.startswith("{m}") else m)
 
 
+_ASIDES = (
+    "I'm in a bit of a hurry.", "My manager asked me to check this.", "This is for a report I'm writing.",
+    "I'm asking for a friend.", "Sorry for all the questions.", "I'm on my phone, sorry for typos.",
+    "Trying to sort this out today.", "Long day here.",
+)
+
+
+def aside(text: str, rng: random.Random) -> str:
+    """A sentence about the writer (names nothing the answer depends on) before or after the request."""
+    a = rng.choice(_ASIDES)
+    return f"{a} {text}" if rng.random() < 0.5 else f"{text} {a}"
+
+
 _FILLER = re.compile(
     r"^(?:(?:ok(?:ay)?|so|well|hey|hi|great|cool|thanks|thank you|alright|and|also|um+|hmm+)[,.!]?\s+)+"
     r"|\b(?:could you(?: please)?|can you(?: please)?|would you(?: please)?|would you mind|please|kindly|"
@@ -122,7 +135,7 @@ def terse(text: str, rng: random.Random) -> str:
 
 STYLES: dict[str, Callable[[str, random.Random], str]] = {
     "lowercase": lowercase, "shouting": shouting, "no_punct": no_punct, "typos": typos,
-    "greeting": greeting, "verbose": verbose, "terse": terse,
+    "greeting": greeting, "verbose": verbose, "terse": terse, "aside": aside,
 }
 """Every style by name (the ``gate.styles`` and ``--styles`` vocabulary)."""
 
