@@ -231,4 +231,5 @@ def test_cli_ships_what_passes_when_onnx_runtime_int8_is_refused(exported, tmp_p
     m = read_manifest(out)
     assert m.int8_model_file is None and not (out / "model.int8.onnx").exists() and (out / m.model_file).is_file()
     assert m.parity.int8["refused"].startswith("int8_score_shift") and len(conversions) == 1
+    assert m.parity.quantization is None and m.parity.int8["quantization"].startswith("dynamic-int8")  # what was tried, not shipped
     assert SufficiencyScorer.load(out).score("Where is the Eiffel Tower?", ["It is in Paris."]).level in ("sufficient", "partial", "insufficient")

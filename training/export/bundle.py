@@ -90,6 +90,9 @@ def export_bundle(
         if quantize and not shipped_int8:
             log.warning("ONNX Runtime int8 left out of the bundle: %s", report.int8["refused"])
             (bundle / MODEL_INT8).unlink()
+            # the bundle ships no ORT int8 model: ``quantization`` (what made the shipped one) is empty,
+            # the refused model's recipe stays beside its numbers and the refusal
+            report = dataclasses.replace(report, quantization=None, int8={**report.int8, "quantization": report.quantization})
         if ov_skipped:
             report = dataclasses.replace(report, openvino_int8=VariantCheck(passed=False, refused=ov_skipped))
         elif ov_file:
