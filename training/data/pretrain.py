@@ -51,7 +51,6 @@ for this (``configs/pretrain.yaml``; ``suffice data prepare --pretrain=true`` to
 from __future__ import annotations
 
 import bisect
-import hashlib
 import random
 import re
 from collections import Counter, defaultdict
@@ -62,6 +61,7 @@ from suffice.serving.config import ConfigError
 from suffice.serving.jsonl import iter_jsonl
 from suffice.serving.lexical import content_terms
 from suffice.serving.packing import split_sentences
+from suffice.training.data.splits import hash_unit
 
 KINDS = ("s0_own", "s0_evidence", "s0_answer_removed", "s0_other_paragraph", "s0_answer_sentence", "s0_other_sentence")
 DEFAULT_KINDS = KINDS[:4]
@@ -197,7 +197,7 @@ def kept_share(rows: list[dict[str, Any]], share: Mapping[str, float], seed: int
     for r in rows:
         kind = r["variant"] if r.get("label_source") == LABEL_SOURCE else LABELLED
         s = share.get(kind, 1.0)
-        if s >= 1.0 or int(hashlib.sha256(f"{seed}:share:{r['id']}".encode()).hexdigest()[:8], 16) / 0xFFFFFFFF < s:
+        if s >= 1.0 or hash_unit(f"{seed}:share:{r['id']}") < s:
             out.append(r)
     return out
 

@@ -10,6 +10,15 @@ import hashlib
 from typing import Sequence
 
 
+def hash_unit(key: str) -> float:
+    """``key`` as a number in [0, 1] from its sha256, the same in every process (seeded shares and splits).
+
+    >>> 0.0 <= hash_unit("13:share:q1") <= 1.0, hash_unit("a") == hash_unit("a")
+    (True, True)
+    """
+    return int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
+
+
 def hash_split(key: str, fractions: Sequence[float] = (0.8, 0.1, 0.1)) -> str:
     """Deterministic split from a key: ``sha256(key) % 100`` against (train, validation, test) percentages.
 

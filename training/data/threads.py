@@ -29,7 +29,7 @@ from typing import Any, Literal, Mapping, Sequence
 from suffice.serving.bundle import RETRIEVAL_GATE, SKIP
 from suffice.serving.gates.retrieval import thread_input
 from suffice.training.data.records import Record, iter_strict_records
-from suffice.training.data.splits import check_fractions, hash_split
+from suffice.training.data.splits import check_fractions, hash_split, hash_unit
 
 GATE_LABELS = RETRIEVAL_GATE.labels("binary")  # (RETRIEVE, SKIP): the logit columns
 ROLES = ("system", "user", "assistant")
@@ -187,7 +187,7 @@ def gate_split(group: str, seed: int, test_fraction: float, validation_fraction:
     >>> gate_split("abc", 0, 0.0, 0.0)
     'train'
     """
-    u = int(hashlib.sha256(f"{seed}:{group}".encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
+    u = hash_unit(f"{seed}:{group}")
     return "test" if u < test_fraction else "validation" if u < test_fraction + validation_fraction else "train"
 
 
