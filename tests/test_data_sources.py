@@ -61,6 +61,21 @@ def test_cap_keeps_a_seeded_sample_of_one_sources_train_items(data_dir):
         [r for r in build(DataConfig(**cfg), progress=False)[0]["train"] if r["source"] == "squad2"])  # other sources untouched
 
 
+def test_validation_articles_move_whole_articles_of_a_train_source_to_validation(data_dir):
+    cfg = dict(data_dir=str(data_dir), include_variants=False, include_synthetic=False, train_sources=["squad1-train"])
+    ds, m = build(DataConfig(**cfg, validation_articles={"squad1-train": 1}), progress=False)
+    moved = m["moved_to_validation"]["squad1-train"]
+    squad1 = [r for r in _rows(ds).values() if r["source"] == "squad1"]
+    val = [r for r in squad1 if r["split"] == "validation"]
+    assert len(moved["articles"]) == 1 and moved["items"] == len(val) > 0
+    assert {r["group"].split(":")[1] for r in val} == set(moved["articles"])  # whole articles, nothing else
+    assert {r["split"] for r in squad1} <= {"train", "validation"} and {r["label_source"] for r in val} == {"gold"}
+    again = build(DataConfig(**cfg, validation_articles={"squad1-train": 1}), progress=False)[1]
+    assert again["moved_to_validation"] == m["moved_to_validation"]  # seeded
+    with pytest.raises(ConfigError, match="has 2 articles: give at most 2"):
+        build(DataConfig(**cfg, validation_articles={"squad1-train": 3}), progress=False)
+
+
 def test_config_errors_name_the_fix():
     with pytest.raises(ConfigError, match="train_sources \\['squad3'\\] unknown: choose from"):
         DataConfig(train_sources=["squad3"])
@@ -68,6 +83,8 @@ def test_config_errors_name_the_fix():
         DataConfig(train_sources=["qed-train", "qed-train"])
     with pytest.raises(ConfigError, match="max_train_per_source .*integer >= 1"):
         DataConfig(max_train_per_source={"squad1": 0})
+    with pytest.raises(ConfigError, match="validation_articles .*name sources of train_sources"):
+        DataConfig(train_sources=["qed-train"], validation_articles={"squad2-dev-rest": 2})
     with pytest.raises(ConfigError, match="extra_split='dev' unknown"):
         DataConfig(extra_split="dev")
 

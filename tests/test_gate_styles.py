@@ -106,3 +106,16 @@ def test_skip_threshold_is_the_most_conservative_style():
     assert info["skip_threshold_by_style"]["own"] == pytest.approx(alone["skip"])
     assert th["skip"] == max(info["skip_threshold_by_style"].values()) > alone["skip"]
     assert info["validation_skip_precision"] >= 0.95
+
+    # gate.style_threshold=pooled: one threshold over all copies, between the two styles' own thresholds
+    pooled_cfg = build_train_config("configs/retrieval-gate.yaml", ["--gate.style_threshold=pooled"])
+    pth, pinfo = skip_threshold(pooled_cfg, logits, labels, cal, ["retrieval-gate"] * 400 + ["retrieval-gate~typos"] * 400)
+    assert pinfo["threshold_rule"] == "pooled over styles" and pinfo["skip_threshold_by_style"] == info["skip_threshold_by_style"]
+    assert alone["skip"] <= pth["skip"] < th["skip"] and pinfo["validation_skip_precision"] >= 0.95
+
+
+def test_style_threshold_rule_is_checked():
+    from suffice.training.fit.config import ConfigError, RetrievalGateData
+
+    with pytest.raises(ConfigError, match="gate.style_threshold='median': choose 'max' or 'pooled'"):
+        RetrievalGateData(style_threshold="median")

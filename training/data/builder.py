@@ -96,6 +96,9 @@ class DataConfig:
         ``squad1``, ``qed-train`` as qed train). Their labels are gold (none has a teacher label).
     max_train_per_source: at most this many train items of a source (a seeded sample, before
         labels, variants and stage 0), e.g. ``{squad1: 12000}``; sources not named are not capped.
+    validation_articles: ``{train source name: n}``: a seeded choice of ``n`` whole articles of that
+        train source moves to validation (never test), e.g. ``{squad2-dev-rest: 5}`` to select on more
+        squad2 articles than items.jsonl's two; their items keep gold labels (label_source ``gold``).
     include_variants: add constructed variants (see ``suffice.training.data.variants``).
     variant_rules: which rules; variants_per_item: at most this many per parent per rule;
     variant_parent_fraction: seeded share of eligible parents that get variants;
@@ -128,6 +131,7 @@ class DataConfig:
     extra_split: str | None = None
     train_sources: list[str] = field(default_factory=list)
     max_train_per_source: dict[str, int] = field(default_factory=dict)
+    validation_articles: dict[str, int] = field(default_factory=dict)
     include_variants: bool = True
     variant_rules: list[str] = field(default_factory=lambda: list(RULES))
     variants_per_item: int = 1
@@ -176,6 +180,11 @@ class DataConfig:
             raise ConfigError(f"train_sources {bad} unknown: choose from {list(SHARED_SOURCES)}")
         if len(set(self.train_sources)) != len(self.train_sources):
             raise ConfigError(f"train_sources={self.train_sources} names a source twice: list each once")
+        bad = {k: v for k, v in self.validation_articles.items() if k not in self.train_sources or not isinstance(v, int)
+               or isinstance(v, bool) or v < 1}
+        if bad:
+            raise ConfigError(f"validation_articles {bad}: name sources of train_sources ({self.train_sources}) with a count >= 1 "
+                              "of whole articles to move to validation")
         if self.extra_split is not None and self.extra_split not in SPLITS:
             raise ConfigError(f"extra_split={self.extra_split!r} unknown: choose one of {list(SPLITS)} or leave it out")
         bad = {k: v for k, v in self.max_train_per_source.items() if not isinstance(v, int) or isinstance(v, bool) or v < 1}
@@ -268,6 +277,7 @@ class BuildLog:
     agreement: dict[str, Any] = field(default_factory=dict)
     teacher_unmatched: int = 0
     pretrain: dict[str, Any] | None = None
+    moved_to_validation: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def record(self, path: Path, role: str) -> None:
         self.inputs[str(path)] = {"role": role, "sha256": sha256_file(path), "bytes": path.stat().st_size}
@@ -290,9 +300,12 @@ def read_items(cfg: DataConfig, log: BuildLog, progress: bool) -> list[Item]:
     items = log.load(log.root / "items.jsonl", "items", "canonical", progress=progress)
     for name in cfg.train_sources:
         shared = SHARED_SOURCES[name]
-        for it in log.load(log.root / shared.path, "shared-source", source=shared.source, progress=progress):
+        loaded = log.load(log.root / shared.path, "shared-source", source=shared.source, progress=progress)
+        for it in loaded:
             it.split = shared.split
-            items.append(it)
+        if name in cfg.validation_articles:
+            move_articles_to_validation(loaded, name, cfg.validation_articles[name], cfg.seed, log)
+        items.extend(loaded)
     for extra in cfg.extra_files:
         for it in log.load(Path(extra), "extra", progress=progress):
             if it.split is None:
@@ -306,6 +319,27 @@ def read_items(cfg: DataConfig, log: BuildLog, progress: bool) -> list[Item]:
         log.dropped["filtered out by sources"] += sum(it.source not in cfg.sources for it in items)
         items = [it for it in items if it.source in cfg.sources]
     return cap_train_items(items, cfg.max_train_per_source, cfg.seed, log.dropped)
+
+
+def move_articles_to_validation(items: list[Item], name: str, n: int, seed: int, log: BuildLog) -> None:
+    """Move a seeded choice of ``n`` whole articles (``meta['article']``) of a train source to validation, in place.
+
+    >>> its = [Item(id=f"s:{i}", question="q", passages=[], split="train", source="s", meta={"article": f"a{i % 3}"})
+    ...        for i in range(6)]
+    >>> log = BuildLog(Path("."))
+    >>> move_articles_to_validation(its, "s", 1, 13, log); sorted({it.split for it in its})
+    ['train', 'validation']
+    >>> log.moved_to_validation["s"]["items"]
+    2
+    """
+    titles = sorted({str(it.meta.get("article") or "") for it in items} - {""})
+    if n > len(titles):
+        raise ConfigError(f"validation_articles[{name}]={n} but {name} has {len(titles)} articles: give at most {len(titles)}")
+    chosen = sorted(random.Random(f"{seed}:validation:{name}").sample(titles, n))
+    moved = [it for it in items if it.meta.get("article") in chosen]
+    for it in moved:
+        it.split = "validation"
+    log.moved_to_validation[name] = {"articles": chosen, "items": len(moved)}
 
 
 def cap_train_items(items: list[Item], caps: dict[str, int], seed: int, dropped: Counter) -> list[Item]:
@@ -407,6 +441,7 @@ def build_manifest(cfg: DataConfig, log: BuildLog, rows: list[dict[str, Any]]) -
         "inputs": log.inputs,
         "counts": _counts(rows),
         "pretrain": log.pretrain,
+        "moved_to_validation": log.moved_to_validation,
         "empty_passages": {"total": sum(empty.values()), "by_source": dict(sorted(empty.items()))},
         # rows with a passage whose exact text is also in another split (the input's own overlaps:
         # one retrieved paragraph under different questions); variants never add to these

@@ -104,8 +104,10 @@ class RetrievalGateData:
         is written, not what it asks); [] = the writer's own style only.
     style_copies: styled copies per train thread (styles drawn per pair, both threads alike).
     style_validation: validation also holds one copy of each validation thread per style, and the SKIP
-        threshold is the most conservative of the per-style ones (each style's lowest threshold with
-        ``calibration.skip_min_precision``): a threshold that holds when the writer changes.
+        threshold comes from those copies by ``style_threshold``: ``max`` = the most conservative of the
+        per-style thresholds (each style's lowest with ``calibration.skip_min_precision``), ``pooled`` =
+        the lowest with that precision on all copies together
+        (:func:`suffice.training.fit.finalize.styled_skip_threshold`).
     """
 
     path: str | None = None
@@ -118,6 +120,7 @@ class RetrievalGateData:
     styles: list[str] = field(default_factory=list)
     style_copies: int = 1
     style_validation: bool = True
+    style_threshold: Literal["max", "pooled"] = "max"
 
     def __post_init__(self) -> None:
         from suffice.training.data.styles import check_styles
@@ -126,6 +129,8 @@ class RetrievalGateData:
             self.styles = check_styles(list(self.styles))
         except ValueError as e:
             raise ConfigError(str(e)) from None
+        if self.style_threshold not in ("max", "pooled"):
+            raise ConfigError(f"gate.style_threshold={self.style_threshold!r}: choose 'max' or 'pooled'")
         if not isinstance(self.style_copies, int) or self.style_copies < 0:
             raise ConfigError(f"gate.style_copies={self.style_copies!r} must be an integer >= 0 (0 = no styled copies)")
         if not (0 < self.validation_fraction < 0.5 and 0 < self.test_fraction < 0.5):

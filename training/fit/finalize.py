@@ -44,8 +44,7 @@ def skip_threshold(cfg: TrainConfig, val_logits: np.ndarray, val_labels: np.ndar
     """Retrieval gate: the lowest SKIP threshold whose validation precision reaches ``skip_min_precision``.
 
     With styled validation copies (``gate.styles`` + ``gate.style_validation``: sources ``<source>~<style>``)
-    the threshold is picked per style (the writer's own included) and the highest one is kept: the
-    conservative choice when the writing styles disagree. The record keeps each style's threshold."""
+    :func:`styled_skip_threshold` applies ``gate.style_threshold``. The record keeps each style's threshold."""
     from suffice.training.data.styles import style_of
     from suffice.training.fit.calibration import threshold_for_precision
 
@@ -56,15 +55,42 @@ def skip_threshold(cfg: TrainConfig, val_logits: np.ndarray, val_labels: np.ndar
     info: dict[str, Any] = {"skip_min_precision": target, "validation_skip_precision": achieved}
     styles = [style_of(s) for s in val_sources] if val_sources is not None else []
     if len(set(styles)) > 1:
-        per_style = {}
-        for name in sorted(set(styles)):
-            ix = np.asarray([s == name for s in styles])
-            per_style[name or "own"] = float(threshold_for_precision(p_skip[ix], y[ix], target)[0])
-        th = max(per_style.values())
+        th, per_style = styled_skip_threshold(p_skip, y, styles, target, cfg.gate.style_threshold)
         skipped = p_skip >= th
-        info.update(skip_threshold_by_style=per_style, threshold_rule="max over styles",
+        info.update(skip_threshold_by_style=per_style, threshold_rule=STYLE_THRESHOLD_RULES[cfg.gate.style_threshold],
                     validation_skip_precision=float(y[skipped].mean()) if skipped.any() else float("nan"))
     return {SKIP_THRESHOLD: th}, info
+
+
+STYLE_THRESHOLD_RULES = {"max": "max over styles", "pooled": "pooled over styles"}
+
+
+def styled_skip_threshold(p_skip: np.ndarray, y: np.ndarray, styles: Sequence[str], target: float,
+                          rule: str = "max") -> tuple[float, dict[str, float]]:
+    """(the SKIP threshold, each style's own threshold) over validation copies in several writing styles.
+
+    ``styles``: each item's style ("" = the writer's own). Each style's threshold is its lowest with
+    ``target`` SKIP precision. ``max``: the highest of them (no style below the target on validation; one
+    style as hard as ``verbose`` on a few dozen threads sets it alone); ``pooled``: the lowest threshold
+    with ``target`` precision on all copies together (the target holds over an even mix of the styles).
+
+    >>> p = np.array([0.9, 0.8, 0.3, 0.95, 0.6, 0.5]); y = np.array([1, 1, 0, 1, 1, 0])
+    >>> st = ["", "", "", "typos", "typos", "typos"]
+    >>> styled_skip_threshold(p, y, st, 0.95, "max")
+    (0.8, {'own': 0.8, 'typos': 0.6})
+    >>> styled_skip_threshold(p, y, st, 0.95, "pooled")[0]
+    0.6
+    """
+    from suffice.training.fit.calibration import threshold_for_precision
+
+    if rule not in STYLE_THRESHOLD_RULES:
+        raise ValueError(f"style threshold rule {rule!r} unknown: choose from {list(STYLE_THRESHOLD_RULES)}")
+    styles = np.asarray(styles, dtype=object)
+    per_style = {(name or "own"): float(threshold_for_precision(p_skip[styles == name], y[styles == name], target)[0])
+                 for name in sorted(set(styles.tolist()))}
+    if rule == "max":
+        return max(per_style.values()), per_style
+    return float(threshold_for_precision(p_skip, y, target)[0]), per_style
 
 
 THRESHOLD_RULES = {SUFFICIENCY.name: level_thresholds, RETRIEVAL_GATE.name: skip_threshold}
