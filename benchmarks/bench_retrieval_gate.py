@@ -226,11 +226,11 @@ def evaluate_split(gates: dict, split: dict[str, list[dict]], min_precision: flo
 
 
 def referent_veto(row: dict) -> bool:
-    """A name or number of the new message that no earlier turn mentions (``suffice.serving.lexical.entities``)."""
-    from suffice.serving.lexical import content_terms, entities, stem
+    """A name or number of the new message that the conversation does not hold
+    (``suffice.serving.lexical.keyword_coverage(...).missing_entities``, the rule the context gate reports)."""
+    from suffice.serving.lexical import keyword_coverage
 
-    seen = {stem(t) for p in row["passages"] for t in content_terms(p["text"])}
-    return any(not any(stem(w) in seen for w in content_terms(e)) for e in entities(row["question"]))
+    return bool(keyword_coverage(row["question"], [p["text"] for p in row["passages"]]).missing_entities)
 
 
 def sufficiency_scores(scorer, rows: list[dict]) -> np.ndarray:
@@ -238,6 +238,16 @@ def sufficiency_scores(scorer, rows: list[dict]) -> np.ndarray:
     qs = [r["question"] for r in rows]
     ps = [[p["text"] for p in r["passages"] if p["title"] == "assistant"] or [""] for r in rows]
     return np.asarray([res.score for res in scorer.score_batch(qs, ps)], dtype=np.float64)
+
+
+def second_opinion_ms(scorer, rows: list[dict], n: int = 100) -> dict:
+    """What the second opinion adds to one ``decide()``: one scorer call per follow-up (p50/p95 ms)."""
+    ms = []
+    for r in rows[:n]:
+        t0 = time.perf_counter()
+        sufficiency_scores(scorer, [r])
+        ms.append((time.perf_counter() - t0) * 1e3)
+    return {"p50": float(np.percentile(ms, 50)), "p95": float(np.percentile(ms, 95)), "n": len(ms), "variant": scorer.variant}
 
 
 def style_results(gate, rows: list[dict], styles: list[str], min_precision: float, scorer=None,
@@ -257,14 +267,6 @@ def style_results(gate, rows: list[dict], styles: list[str], min_precision: floa
     t = gate.skip_threshold
     sets = {"own": rows, **{st: [styled_row(r, st) for r in rows] for st in styles}}
     out: dict = {}
-    if scorer is not None:  # what the second opinion adds to one decide(): one scorer call per follow-up
-        ms = []
-        for r in rows[:100]:
-            t0 = time.perf_counter()
-            sufficiency_scores(scorer, [r])
-            ms.append((time.perf_counter() - t0) * 1e3)
-        out["second_opinion_ms"] = {"p50": float(np.percentile(ms, 50)), "p95": float(np.percentile(ms, 95)), "n": len(ms),
-                                    "variant": scorer.variant}
     pooled: dict[str, list] = {}
     for name, rs in sets.items():
         y = np.asarray([r["label"] for r in rs])
@@ -375,7 +377,8 @@ def run(bundle: str | Path, config: str = str(REPO / "configs" / "retrieval-gate
             suff = SufficiencyScorer.load(scorer, ScorerConfig(intra_op_threads=threads)) if scorer else None
             st = suff_threshold if suff_threshold is not None or suff is None else suff.thresholds["partial"]
             style_report = {"split": name, "trained_styles": list(cfg.gate.styles), "held_out_styles": held_out, "scorer": str(scorer) if scorer else None,
-                            "sufficiency_threshold": st, "sets": style_results(gates[head], rows["test"], held_out, min_precision, suff, st)}
+                            "sufficiency_threshold": st, "sets": style_results(gates[head], rows["test"], held_out, min_precision, suff, st),
+                            **({"second_opinion_ms": second_opinion_ms(suff, rows["test"])} if suff is not None else {})}
     for s in splits.values():
         s["goals"], s["goals_issue21"] = split_goals(s, head, latency, examples)
     return {"bundle": str(bundle), "hardware": hardware(threads), "headline_precision": head,
@@ -428,14 +431,12 @@ def format_styles(split: str, sr: dict) -> list[str]:
              f"{', '.join(sr['trained_styles']) or 'the writer’s own only'})"]
     lines.append(f"{'set':<16} {'macro-F1':>9} {'SKIP prec':>10} {'SKIP rate':>10} {'AUROC':>6} {'t@target':>9} {'OOD':>6} {'veto':>6}")
     for name, e in sr["sets"].items():
-        if name == "second_opinion_ms":
-            continue
         q = e["stored"]
         lines.append(f"{name:<16} {q['macro_f1']:>9.3f} {q['skip_precision']:>10.3f} {q['skip_rate']:>10.3f} {e['auroc']:>6.3f} "
                      f"{e['threshold_for_target']:>9.3f} {e['ood_rate']:>6.3f} {e['referent_veto_rate']:>6.3f}")
     extra = f" (sufficiency: {sr['scorer']} at >= {sr['sufficiency_threshold']:.2f})" if sr.get("scorer") else ""
-    if "second_opinion_ms" in sr["sets"]:
-        so = sr["sets"]["second_opinion_ms"]
+    if "second_opinion_ms" in sr:
+        so = sr["second_opinion_ms"]
         lines.append(f"the second opinion costs one scorer call per follow-up: p50 {so['p50']:.2f} ms, p95 {so['p95']:.2f} ms ({so['variant']})")
     lines.append(f"combinations at the stored threshold{extra}: SKIP precision / SKIP rate / macro-F1")
     for name in ("own", "held_out_pooled"):

@@ -16,17 +16,16 @@ from collections import Counter
 from pathlib import Path
 
 from suffice.serving.gates.retrieval import thread_input
-from suffice.serving.lexical import content_terms, entities, stem
+from suffice.serving.lexical import keyword_coverage
 from suffice.training.paths import data_dir
 
 
 def checks(messages) -> dict[str, bool]:
-    """Which forms of the referent check fire on one thread."""
+    """Which forms of the referent check fire on one thread (``keyword_coverage``: the serving lexical rules)."""
     question, passages = thread_input(messages)
-    seen = {stem(t) for p in passages for t in content_terms(p["text"])}
-    novel = [t for t in content_terms(question) if stem(t) not in seen]
-    novel_entities = [e for e in entities(question) if not any(stem(w) in seen for w in content_terms(e))]
-    return {"novel term >= 1": len(novel) >= 1, "novel terms >= 2": len(novel) >= 2, "novel entity": bool(novel_entities)}
+    cov = keyword_coverage(question, [p["text"] for p in passages])
+    return {"novel term >= 1": len(cov.missing) >= 1, "novel terms >= 2": len(cov.missing) >= 2,
+            "novel entity": bool(cov.missing_entities)}
 
 
 def main(argv: list[str] | None = None) -> int:

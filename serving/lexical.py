@@ -120,12 +120,19 @@ def entities(text: str) -> list[str]:
 
     >>> entities("When did Frederic Chopin leave Warsaw in 1830?")
     ['Frederic Chopin', 'Warsaw', '1830']
+
+    In a message written in capitals, case says nothing about names: only its numbers are returned.
+
+    >>> entities("WHAT ABOUT THE ONES UNDER 20 DOLLARS?")
+    ['20']
     """
     words = tokenize_words(text)
+    letters = [w for w in words if any(c.isalpha() for c in w)]
+    shouted = len(letters) >= 3 and sum(w.isupper() and len(w) > 1 for w in letters) >= 0.6 * len(letters)
     spans: list[str] = []
     cur: list[str] = []
     for i, w in enumerate(words):
-        is_name = w[:1].isupper() and (i > 0 or w.lower() not in STOPWORDS | QUESTION_WORDS) and w.lower() not in QUESTION_WORDS
+        is_name = not shouted and w[:1].isupper() and (i > 0 or w.lower() not in STOPWORDS | QUESTION_WORDS) and w.lower() not in QUESTION_WORDS
         if is_name:
             cur.append(w)
             continue

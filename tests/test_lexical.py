@@ -17,3 +17,13 @@ def test_helpers():
     assert entities("How many people live in New York in 2020?") == ["New York", "2020"]
     assert content_terms("What is the") == []
     assert passage_text({"title": "T", "text": "x"}) == "T. x"
+
+
+def test_a_shouted_question_names_no_entity_by_its_capitals():
+    """All-caps writing (the gate's `shouting` style) must not make every word a missing name."""
+    from suffice.serving.lexical import keyword_coverage
+
+    cov = keyword_coverage("CAN YOU SORT THOSE BY PRICE FOR ME?", ["Apples cost $1, pears $2, figs $3. Sorted by price: ..."])
+    assert cov.missing_entities == []
+    assert keyword_coverage("WHAT ABOUT THE 2019 MODEL?", ["The 2020 model costs $300."]).missing_entities == ["2019"]
+    assert keyword_coverage("Does NASA fund it?", ["The agency funds it."]).missing_entities == ["NASA"]  # an acronym still is one
