@@ -5,7 +5,9 @@ written and rewritten in the styles the gate never trained on (pooled; a style t
 
 Rules (:func:`suffice.training.fit.finalize.styled_skip_threshold`): ``own`` (the writer's validation threads
 alone, what a gate without styles stores), ``max`` (the highest per-style threshold, the rule used so far),
-``pooled`` (one threshold over all validation copies).
+``pooled`` (one threshold over all validation copies). ``--validation-styles`` gives the validation copies
+other styles than the gate trained on: a gate trained on its writer's style alone can still pick its
+threshold on styled validation copies (``gate.styles`` with ``gate.style_copies: 0``).
 
     python benchmarks/gate_threshold_rules.py --model models/gate-styled2 [--out rules.json]
 
@@ -28,11 +30,13 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from bench_retrieval_gate import gate_quality, split_threads, thread_of  # noqa: E402
 
 
-def run(model_dir: str | Path, threads: int = 2) -> dict:
+def run(model_dir: str | Path, threads: int = 2, validation_styles: list[str] | None = None) -> dict:
+    """``validation_styles``: the styles of the validation copies the rules read (default: the gate's training
+    styles, as training builds them); held out on test are the styles neither trained nor validated on."""
     from dataclasses import replace
 
     from suffice.serving.gates.retrieval import RetrievalGate, RetrievalGateConfig
-    from suffice.training.data.styles import STYLES, style_of, styled_row
+    from suffice.training.data.styles import STYLES, check_styles, style_of, styled_row
     from suffice.training.fit.calibration import threshold_for_precision
     from suffice.training.fit.config import build_train_config
     from suffice.training.fit.finalize import STYLE_THRESHOLD_RULES, styled_skip_threshold
@@ -47,8 +51,9 @@ def run(model_dir: str | Path, threads: int = 2) -> dict:
     target = cfg.calibration.skip_min_precision or 0.95
     splits = split_threads(cfg, "domains")
     trained = list(cfg.gate.styles)
-    if trained:
-        splits = add_styled_copies(splits, replace(cfg, gate=replace(cfg.gate, style_validation=True)))
+    validated = trained if validation_styles is None else check_styles(validation_styles, "--validation-styles")
+    if validated:  # validation copies only: the train split is not read here
+        splits = add_styled_copies(splits, replace(cfg, gate=replace(cfg.gate, styles=validated, style_copies=0, style_validation=True)))
 
     def scores(rows):
         return (np.asarray([raw.decide(thread_of(r)).score or 0.0 for r in rows]), np.asarray([r["label"] for r in rows]))
@@ -58,7 +63,7 @@ def run(model_dir: str | Path, threads: int = 2) -> dict:
     own = np.asarray([s == "" for s in styles])
     rules = {"own": float(threshold_for_precision(pv[own], yv[own], target)[0])}
     per_style: dict[str, float] = {}
-    if trained:
+    if validated:
         for rule in STYLE_THRESHOLD_RULES:
             rules[rule], per_style = styled_skip_threshold(pv, yv, styles, target, rule)
     test = splits["test"]
@@ -68,13 +73,13 @@ def run(model_dir: str | Path, threads: int = 2) -> dict:
 
     # a style that changes no token for this model's tokenizer (casing, for an uncased one) is its own threads again
     own_ids = [ids(r) for r in test]
-    no_ops = [s for s in STYLES if s not in trained and all(ids(styled_row(r, s)) == i for r, i in zip(test, own_ids))]
-    held_out = [s for s in STYLES if s not in trained and s not in no_ops]
+    no_ops = [s for s in STYLES if s not in trained and s not in validated and all(ids(styled_row(r, s)) == i for r, i in zip(test, own_ids))]
+    held_out = [s for s in STYLES if s not in trained and s not in validated and s not in no_ops]
     po, yo = scores(test)
     styled = [styled_row(r, s) for s in held_out for r in test]
     ph, yh = scores(styled)
     sh = np.asarray([style_of(r["source"]) for r in styled])
-    out = {"model": str(model_dir), "variant": gate.variant, "trained_styles": trained, "held_out_styles": held_out,
+    out = {"model": str(model_dir), "variant": gate.variant, "trained_styles": trained, "validation_styles": validated, "held_out_styles": held_out,
            "no_op_styles": no_ops,
            "target": target, "n_validation": int(len(yv)), "validation_threshold_by_style": per_style,
            "stored_threshold": gate.skip_threshold, "rules": {}}
@@ -86,7 +91,7 @@ def run(model_dir: str | Path, threads: int = 2) -> dict:
 
 
 def format_report(r: dict) -> str:
-    lines = [f"{r['model']} ({r['variant']}); trained styles {r['trained_styles'] or 'none'}; held out {r['held_out_styles']} "
+    lines = [f"{r['model']} ({r['variant']}); trained styles {r['trained_styles'] or 'none'}; validation styles {r['validation_styles'] or 'none'}; held out {r['held_out_styles']} "
              f"(left out, no token changed: {r['no_op_styles'] or 'none'})",
              "| rule | threshold | own test F1 / SKIP prec / rate | held-out styles F1 / SKIP prec / rate | per held-out style SKIP prec / rate |",
              "|---|---:|---:|---:|---|"]
@@ -102,9 +107,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", required=True, action="append", help="a retrieval-gate training output folder (repeatable)")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--validation-styles", nargs="*", default=None,
+                    help="styles of the validation copies the rules read (default: each gate's training styles)")
     ap.add_argument("--out", help="write the results as JSON here")
     a = ap.parse_args(argv)
-    results = [run(m, a.threads) for m in a.model]
+    results = [run(m, a.threads, a.validation_styles) for m in a.model]
     for r in results:
         print(format_report(r), "\n")
     if a.out:

@@ -99,8 +99,25 @@ _FRAMES = (
 
 def verbose(text: str, rng: random.Random) -> str:
     """The request inside framing sentences that name nothing new."""
+    return _frame(text, rng.choice(_FRAMES))
+
+
+# Other framings of the same kind, none shared with _FRAMES: a gate trained on ``verbose`` is tested on
+# ``framed`` to see whether it learnt "framing names nothing" or only those eight sentences.
+_OTHER_FRAMES = (
+    "Going back to what we discussed, {m}", "Regarding your previous answer, {m}", "One more thing I still need: {m}",
+    "Can I ask something else? {m}", "{m} That's the last thing, I promise.", "Just to double-check, {m}",
+    "Based on everything above, {m}", "Also, while I have you here: {m}",
+)
+
+
+def framed(text: str, rng: random.Random) -> str:
+    """Like ``verbose`` with other framing sentences (none of ``verbose``'s): a held-out form of the same style."""
+    return _frame(text, rng.choice(_OTHER_FRAMES))
+
+
+def _frame(text: str, frame: str) -> str:
     m = text[0].lower() + text[1:] if text[:1].isupper() and not text[1:2].isupper() else text
-    frame = rng.choice(_FRAMES)
     return frame.format(m=text if frame.startswith("{m}") else m)
 
 
@@ -135,7 +152,7 @@ def terse(text: str, rng: random.Random) -> str:
 
 STYLES: dict[str, Callable[[str, random.Random], str]] = {
     "lowercase": lowercase, "shouting": shouting, "no_punct": no_punct, "typos": typos,
-    "greeting": greeting, "verbose": verbose, "terse": terse, "aside": aside,
+    "greeting": greeting, "verbose": verbose, "terse": terse, "aside": aside, "framed": framed,
 }
 """Every style by name (the ``gate.styles`` and ``--styles`` vocabulary)."""
 

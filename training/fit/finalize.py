@@ -70,8 +70,8 @@ def styled_skip_threshold(p_skip: np.ndarray, y: np.ndarray, styles: Sequence[st
     """(the SKIP threshold, each style's own threshold) over validation copies in several writing styles.
 
     ``styles``: each item's style ("" = the writer's own). Each style's threshold is its lowest with
-    ``target`` SKIP precision. ``max``: the highest of them (no style below the target on validation; one
-    style as hard as ``verbose`` on a few dozen threads sets it alone); ``pooled``: the lowest threshold
+    ``target`` SKIP precision. ``max``: the highest of them (no style below the target on validation; the
+    noisiest style's few dozen SKIP threads set it alone); ``pooled``: the lowest threshold
     with ``target`` precision on all copies together (the target holds over an even mix of the styles).
 
     >>> p = np.array([0.9, 0.8, 0.3, 0.95, 0.6, 0.5]); y = np.array([1, 1, 0, 1, 1, 0])
