@@ -77,7 +77,8 @@ def test_gate_splits_get_styled_train_and_validation(tmp_path):
             msgs = [{"role": "user", "content": f"What does plan {i} cost?"}, {"role": "assistant", "content": f"Plan {i} costs ${i}."},
                     {"role": "user", "content": "Thanks, put that in a table" if i % 2 else f"What about plan {i + 100}?"}]
             f.write(json.dumps({"id": f"t{i}", "messages": msgs, "label": "SKIP" if i % 2 else "RETRIEVE"}) + "\n")
-    plain = load_gate_splits(build_train_config("configs/retrieval-gate.yaml", [f"--gate.path={threads}", "--gate.split=opening_message"]))
+    plain = load_gate_splits(build_train_config("configs/retrieval-gate.yaml", [f"--gate.path={threads}", "--gate.split=opening_message",
+                                                                                "--gate.styles=[]"]))
     cfg = build_train_config("configs/retrieval-gate.yaml", [f"--gate.path={threads}", "--gate.split=opening_message",
                                                               "--gate.styles=[typos,terse]", "--gate.style_copies=1"])
     styled = load_gate_splits(cfg)
@@ -92,7 +93,7 @@ def test_skip_threshold_is_the_most_conservative_style():
     from suffice.training.fit.config import build_train_config
     from suffice.training.fit.finalize import skip_threshold
 
-    cfg = build_train_config("configs/retrieval-gate.yaml", [])
+    cfg = build_train_config("configs/retrieval-gate.yaml", ["--gate.style_threshold=max"])
     rng = np.random.default_rng(0)
     y = np.tile([0, 1], 200)
     own = np.where(y == 1, 2.0, -2.0) + rng.normal(0, 1, y.size)          # the writer's own threads: well separated

@@ -31,7 +31,8 @@ def _training_splits(path: Path, seed: int):
     from suffice.training.fit.splits import load_splits
     from suffice.training.fit.config import build_train_config
 
-    cfg = build_train_config(REPO / "configs" / "retrieval-gate.yaml", [f"--gate.path={path}", f"--seed={seed}", "--gate.split=opening_message"])
+    cfg = build_train_config(REPO / "configs" / "retrieval-gate.yaml", [f"--gate.path={path}", f"--seed={seed}", "--gate.split=opening_message",
+                                                                                   "--gate.styles=[]"])  # the reader alone, no styled copies
     return cfg, load_splits(cfg)
 
 
