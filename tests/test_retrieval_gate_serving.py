@@ -179,7 +179,9 @@ def test_gate_benchmark_measures_the_bundle_on_held_out_threads(gate_bundle, tin
         import bench_retrieval_gate as bench
     finally:
         sys.path.pop(0)
-    r = bench.run(gate_bundle, str(REPO / "configs" / "retrieval-gate.yaml"), [f"--gate.path={threads}", "--gate.test_fraction=0.3"], threads=1)
+    # the shipped config trains on styled copies; gate.styles=[] measures every style as held out
+    r = bench.run(gate_bundle, str(REPO / "configs" / "retrieval-gate.yaml"), [f"--gate.path={threads}", "--gate.test_fraction=0.3", "--gate.styles=[]"],
+                  threads=1)
     assert r["n_test"] > 0 and r["n_train"] + r["n_test"] <= 40
     for k in ("int8", "fp32", "tfidf_lr"):
         assert 0.0 <= r[k]["macro_f1"] <= 1.0 and 0.0 <= r[k]["skip_rate"] <= 1.0
@@ -202,7 +204,7 @@ def test_gate_benchmark_measures_the_bundle_on_held_out_threads(gate_bundle, tin
         assert set(e["combinations"]) == {"model", "model+ood", "model+ood+referent"} and 0.0 <= e["ood_rate"] <= 1.0
         assert e["combinations"]["model+ood+referent"]["skip_rate"] <= e["combinations"]["model"]["skip_rate"]
     assert "== styles" in bench.format_report(r)
-    scored = bench.run(gate_bundle, str(REPO / "configs" / "retrieval-gate.yaml"), [f"--gate.path={threads}", "--gate.test_fraction=0.3"],
+    scored = bench.run(gate_bundle, str(REPO / "configs" / "retrieval-gate.yaml"), [f"--gate.path={threads}", "--gate.test_fraction=0.3", "--gate.styles=[]"],
                        threads=1, styles=["typos"], scorer=suff_bundle, suff_threshold=0.0)
     combos = scored["styles"]["sets"]["typos"]["combinations"]
     # the second opinion at threshold 0 always agrees: the same decisions as without it

@@ -250,7 +250,7 @@ def test_retrieval_gate_rows_and_group_split(tmp_path):
         lines.append(json.dumps({"id": f"t{i}", "messages": msgs, "label": "SKIP" if i % 2 else "RETRIEVE", "category": "x"}))
     threads.write_text("\n".join(lines) + "\n")
     cfg = build_train_config(REPO / "configs" / "retrieval-gate.yaml", [f"--gate.path={threads}", "--gate.split=opening_message", "--gate.validation_fraction=0.25",
-                                                                        "--gate.test_fraction=0.25"])
+                                                                        "--gate.test_fraction=0.25", "--gate.styles=[]"])
     splits = load_splits(cfg)
     row = splits.train[0]
     assert row["passages"][0]["title"] == "user" and row["passages"][1]["title"] == "assistant"
