@@ -167,14 +167,15 @@ class ContextPacker:
 
     def question_tokens(self, question: str) -> int:
         """Tokens of ``question`` as :meth:`pack` encodes it (no special tokens)."""
-        return len(self._encode_many([question])[0])
+        return len(self.encode_texts([question])[0])
 
     def question_fits(self, question: str) -> bool:
         """Whether :meth:`pack` takes ``question`` (else it raises :class:`QuestionTooLongError`)."""
         return self.question_tokens(question) <= question_room(self.max_length)
 
     # -- encoding helpers ------------------------------------------------------------------
-    def _encode_many(self, texts: Sequence[str]) -> list[list[int]]:
+    def encode_texts(self, texts: Sequence[str]) -> list[list[int]]:
+        """Token ids of each text without special tokens, as passages are encoded (no truncation, no padding)."""
         if not texts:
             return []
         return [e.ids for e in self.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
@@ -184,7 +185,7 @@ class ContextPacker:
         if not isinstance(question, str) or not question.strip():
             raise ValueError(f"question must be a non-empty string, got {question!r}")
         pairs = normalise_passages(passages)
-        q_ids = self._encode_many([question])[0]
+        q_ids = self.encode_texts([question])[0]
         budget = question_room(self.max_length) - len(q_ids)
         if budget < 0:
             raise QuestionTooLongError(
@@ -195,7 +196,7 @@ class ContextPacker:
         titles = [f"{t}:" if t else "" for t, _ in pairs]
         sents = [split_sentences(text, lines=self.strategy in LINE_STRATEGIES) for _, text in pairs]
         flat = [s for ss in sents for s in ss]
-        enc = self._encode_many([t for t in titles if t] + flat)
+        enc = self.encode_texts([t for t in titles if t] + flat)
         title_ids: list[list[int]] = []
         k = 0
         for t in titles:

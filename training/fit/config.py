@@ -13,6 +13,7 @@ calibration, tracking (MLflow) and where the data comes from: the ``data:`` sect
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -172,6 +173,24 @@ class ContrastSettings:
 
 
 @dataclass
+class SpanSettings:
+    """The extractive-QA objective in the SQuAD 2.0 manner (task ``sufficiency``): :mod:`suffice.training.fit.spans`.
+
+    A start / end pointer over the packed window, trained beside the sufficiency head on the rows
+    whose gold answer is known: the answer's tokens for a sufficient row, ``[CLS]`` ("no answer")
+    for an insufficient one. Training-only: the exported model is the classifier alone.
+    loss_weight: weight of the span loss (mean of the start and end cross-entropies) added to the
+        classification loss; 0 = off.
+    """
+
+    loss_weight: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not (self.loss_weight >= 0 and math.isfinite(self.loss_weight)):
+            raise ConfigError(f"span.loss_weight={self.loss_weight} must be a finite number >= 0 (0 = off; 0.5-1 is usual)")
+
+
+@dataclass
 class TrainConfig:
     """Everything one training run needs. Built from YAML + ``--key=value`` overrides.
 
@@ -189,6 +208,7 @@ class TrainConfig:
     gate: retrieval-gate data (task ``retrieval_gate`` only).
     contrast: questions over one passage in one batch, with a ranking loss (task ``sufficiency``
         only): :class:`ContrastSettings`.
+    span: the extractive-QA objective beside the classifier (task ``sufficiency`` only): :class:`SpanSettings`.
     max_train_items / max_eval_items: a seeded random sample of N items per split (0 = all).
     output_dir: the trained-model directory (default ``models/<run name>``); checkpoints go to
         ``<output_dir>/checkpoints``.
@@ -245,6 +265,7 @@ class TrainConfig:
     test_file: str | None = None
     gate: RetrievalGateData = field(default_factory=RetrievalGateData)
     contrast: ContrastSettings = field(default_factory=ContrastSettings)
+    span: SpanSettings = field(default_factory=SpanSettings)
     max_train_items: int = 0
     max_eval_items: int = 0
 
@@ -353,6 +374,9 @@ class TrainConfig:
         if self.contrast.unit_size and self.task != "sufficiency":
             raise ConfigError(f"contrast.unit_size={self.contrast.unit_size} applies to task=sufficiency; the retrieval gate "
                               "keeps its contrastive pairs together with gate.pair_batches / gate.pair_loss_weight")
+        if self.span.loss_weight and self.task != "sufficiency":
+            raise ConfigError(f"span.loss_weight={self.span.loss_weight} applies to task=sufficiency (answers in passages); "
+                              "the retrieval gate has none: set --span.loss_weight=0")
         if self.contrast.loss_weight and self.label_scheme != "binary":
             raise ConfigError(f"contrast.loss_weight={self.contrast.loss_weight} ranks sufficient above not sufficient "
                               "(binary heads); use --label_scheme=binary or --contrast.loss_weight=0")
@@ -427,7 +451,8 @@ def normalise_argv(argv: Sequence[str]) -> list[str]:
 
 
 # Keys older versions wrote into a model directory's train_config.yaml: such a file still loads.
-RETIRED_KEYS = {"answer_span_weight": "the answer-span head was removed (it lost 11-30 macro-F1 points in both measured runs)"}
+RETIRED_KEYS = {"answer_span_weight": "the LoRA-era answer-span head (it lost 11-30 macro-F1 points in both measured runs); "
+                                      "its successor is span.loss_weight"}
 
 
 def build_train_config(yaml_path: str | os.PathLike | None, overrides: Sequence[str] = ()) -> TrainConfig:

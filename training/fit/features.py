@@ -9,11 +9,15 @@ run knows nothing else about it, so a feature lives in one file and is switched 
   :attr:`~TrainingFeature.columns` names the ones that must travel in each batch;
 * its batch grouping: :meth:`~TrainingFeature.batch_keys`, a key per train row (``""`` = none);
   rows sharing a key sit in one batch (:class:`~suffice.training.fit.encode.LengthGroupedSampler`);
-* its loss: :meth:`~TrainingFeature.loss`, added to the classification loss of every batch.
+* its loss: :meth:`~TrainingFeature.loss`, added to the classification loss of every batch;
+* its layers: :meth:`~TrainingFeature.modules`, trainable layers beside the model (training only:
+  trained at the head learning rate, checkpointed with the run, not saved in the model directory)
+  and :meth:`~TrainingFeature.prepare`, which hands them to the Accelerator;
+* its figures: :meth:`~TrainingFeature.metrics`, logged with the run's data statistics.
 
-The contrasts of :mod:`suffice.training.fit.pairs` are built on it (the retrieval gate's pairs,
-sufficiency's passage groups; ``run`` adds the ones the config switches on). The answer-span
-head, an earlier feature on it, lost 11-30 macro-F1 points in both measured runs and was deleted.
+Built on it: the contrasts of :mod:`suffice.training.fit.pairs` (the retrieval gate's pairs,
+sufficiency's passage groups) and the extractive-QA objective of :mod:`suffice.training.fit.spans`;
+:func:`features_for` returns the ones a config switches on, and ``run`` adds them.
 
 >>> class ZeroLoss(TrainingFeature):
 ...     def loss(self, outputs, batch):
@@ -51,6 +55,18 @@ class TrainingFeature:
         """The loss to add for this batch (a scalar tensor, its weight included), or None to add nothing."""
         return None
 
+    def modules(self, model: Any) -> list[Any]:
+        """Trainable ``torch.nn.Module`` s this feature adds beside ``model`` (built once; the optimizer
+        trains them at the head learning rate); none by default."""
+        return []
+
+    def prepare(self, accelerator: Any) -> None:
+        """Hand this feature's :meth:`modules` to ``accelerator`` (device, mixed precision, checkpoints)."""
+
+    def metrics(self) -> dict[str, float]:
+        """Figures about the train split this feature saw (logged as ``data_train_<name>``); none by default."""
+        return {}
+
 
 def needs_hidden_states(features: Sequence[TrainingFeature]) -> bool:
     """True when any of ``features`` reads the encoder's hidden states."""
@@ -72,3 +88,31 @@ def batch_keys(features: Sequence[TrainingFeature], train: Any) -> list[str] | N
         raise ConfigError(f"features {[name for name, _ in keys]} each group the train batches: a run keeps one grouping; "
                           "switch one of them off")
     return keys[0][1] if keys else None
+
+
+def feature_modules(features: Sequence[TrainingFeature], model: Any) -> list[Any]:
+    """Every trainable layer ``features`` add beside ``model``."""
+    return [m for f in features for m in f.modules(model)]
+
+
+def features_for(cfg) -> list[TrainingFeature]:
+    """The training features ``cfg`` switches on: the contrasts of :mod:`suffice.training.fit.pairs`
+    (:class:`~suffice.training.fit.pairs.GatePairs` for a retrieval gate with ``gate.pair_batches`` /
+    ``gate.pair_loss_weight``, :class:`~suffice.training.fit.pairs.PassageContrast` for sufficiency
+    with ``contrast.unit_size``; the config refuses contrast for the gate) and the answer span of
+    :mod:`suffice.training.fit.spans` (``span.loss_weight > 0``, sufficiency only)."""
+    from suffice.training.fit.pairs import GatePairs, PassageContrast
+
+    if cfg.task == "retrieval_gate":  # gate.pair_loss_weight > 0 needs gate.pair_batches (the config says so)
+        return [GatePairs(cfg.gate.pair_batches, cfg.gate.pair_loss_weight, cfg.positive_index)] if cfg.gate.pair_batches else []
+    out: list[TrainingFeature] = []
+    if cfg.contrast.unit_size:
+        out.append(PassageContrast(cfg.contrast.unit_size, cfg.contrast.loss_weight, cfg.positive_index, cfg.seed))
+    if cfg.span.loss_weight > 0:
+        from suffice.serving.bundle import INSUFFICIENT
+        from suffice.training.fit.model import resolve_base_dir
+        from suffice.training.fit.spans import AnswerSpan
+
+        negative = next(i for i, name in cfg.id2label.items() if name == INSUFFICIENT)
+        out.append(AnswerSpan(cfg.span.loss_weight, cfg.positive_index, negative, resolve_base_dir(cfg.base_model)))
+    return out

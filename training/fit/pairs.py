@@ -175,14 +175,3 @@ class PassageContrast(TrainingFeature):
 
     def loss(self, outputs: Any, batch: Mapping[str, Any]) -> Any:
         return self.ranking(outputs, batch) if self.ranking else None
-
-
-def features_for(cfg) -> list[TrainingFeature]:
-    """The contrast features ``cfg`` switches on: :class:`GatePairs` for a retrieval gate
-    (``gate.pair_batches`` / ``gate.pair_loss_weight``), :class:`PassageContrast` for sufficiency
-    with ``contrast.unit_size`` (the config refuses contrast for the gate)."""
-    if cfg.task == "retrieval_gate":  # gate.pair_loss_weight > 0 needs gate.pair_batches (the config says so)
-        return [GatePairs(cfg.gate.pair_batches, cfg.gate.pair_loss_weight, cfg.positive_index)] if cfg.gate.pair_batches else []
-    if cfg.contrast.unit_size:
-        return [PassageContrast(cfg.contrast.unit_size, cfg.contrast.loss_weight, cfg.positive_index, cfg.seed)]
-    return []

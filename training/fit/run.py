@@ -38,10 +38,10 @@ def run(cfg: TrainConfig, features: Sequence[TrainingFeature] = ()) -> dict[str,
     """Train, calibrate, evaluate, save, track and register one model; returns a summary dict.
 
     ``features``: optional training features (see :mod:`suffice.training.fit.features`), next to
-    the ones the config switches on (:func:`suffice.training.fit.pairs.features_for`).
+    the ones the config switches on (:func:`suffice.training.fit.features.features_for`).
     """
     from suffice.serving.bundle import sha256_file
-    from suffice.training.fit.pairs import features_for
+    from suffice.training.fit.features import features_for
     from suffice.training.tracking import RunTracker, git_commit
 
     wall0 = time.perf_counter()
@@ -53,8 +53,10 @@ def run(cfg: TrainConfig, features: Sequence[TrainingFeature] = ()) -> dict[str,
         splits = load_splits(cfg, accelerator.is_main_process)
     encoded, loaders = get_dataloaders(accelerator, cfg, splits, packer, sha256_file(base_dir / "tokenizer.json"), features)
     weights = class_weights(encoded["train"]["labels"], cfg.num_labels, cfg.class_weighting)
-    model, optimizer, scheduler, n_params = model_and_optimizer(cfg, accelerator, base_dir, len(loaders.train))
+    model, optimizer, scheduler, n_params = model_and_optimizer(cfg, accelerator, base_dir, len(loaders.train), features)
     model, optimizer, train_dl, val_dl, scheduler = accelerator.prepare(model, optimizer, loaders.train, loaders.validation, scheduler)
+    for feature in features:  # after the model: the checkpoint's model files keep their order
+        feature.prepare(accelerator)
     steps_per_epoch, total_steps, num_epochs = schedule(cfg, len(train_dl))
     tr = TrainingRun(cfg, accelerator, model, state=resume_state or TrainState(run_name=run_name),
                      tracker=RunTracker(cfg.tracking.enabled, cfg.tracking.tracking_uri, cfg.tracking.experiment, accelerator.is_main_process),
@@ -118,17 +120,24 @@ def base_and_packer(cfg: TrainConfig):
     return base_dir, ContextPacker(load_tokenizer(base_dir), max_length=cfg.max_length, strategy=cfg.long_context_strategy)
 
 
-def model_and_optimizer(cfg: TrainConfig, accelerator, base_dir: Path, train_batches: int):
-    """(model, AdamW, LR schedule, (trainable, total) parameter counts); not yet prepared."""
+def model_and_optimizer(cfg: TrainConfig, accelerator, base_dir: Path, train_batches: int, features: Sequence[TrainingFeature] = ()):
+    """(model, AdamW, LR schedule, (trainable, total) parameter counts); not yet prepared.
+
+    The layers ``features`` add beside the model train at the head learning rate (they are heads)."""
     import torch
     from transformers import get_scheduler
 
+    from suffice.training.fit.features import feature_modules
     from suffice.training.fit.model import build_model, optimizer_groups, trainable_parameters
 
     model = build_model(base_dir, id2label=cfg.id2label, finetune=cfg.finetune, lora=cfg.lora, freeze_layers=cfg.freeze_layers,
                         encoder_layers=cfg.encoder_layers)
     n_params = trainable_parameters(model)
-    optimizer = torch.optim.AdamW(optimizer_groups(model, cfg.learning_rate, cfg.resolved_head_learning_rate(), cfg.weight_decay))
+    groups = optimizer_groups(model, cfg.learning_rate, cfg.resolved_head_learning_rate(), cfg.weight_decay)
+    extra = [p for m in feature_modules(features, model) for p in m.parameters()]
+    if extra:
+        groups.append({"params": extra, "lr": cfg.resolved_head_learning_rate(), "weight_decay": cfg.weight_decay, "name": "feature-heads"})
+    optimizer = torch.optim.AdamW(groups)
     # the schedule counts steps on the unsharded loader: accelerate steps it once per process
     sched_total = (cfg.max_steps * accelerator.num_processes if cfg.max_steps
                    else math.ceil(train_batches / cfg.gradient_accumulation_steps) * cfg.num_train_epochs)
@@ -333,7 +342,8 @@ def start_tracking(run: TrainingRun, derived: dict[str, Any]) -> None:
                         "total_steps": run.total_steps, "trainable_parameters": run.n_params[0],
                         "mixed_precision_resolved": str(accelerator.mixed_precision), **machine_params(),
                         **{f"items_{k}": v for k, v in derived["counts"].items()}})
-    tracker.log_metrics({f"data_{s}_{k}": v for s, m in derived["stats"].items() for k, v in m.items()}, step=0)
+    tracker.log_metrics({f"data_{s}_{k}": v for s, m in derived["stats"].items() for k, v in m.items()}
+                        | {f"data_train_{k}": v for f in run.features for k, v in f.metrics().items()}, step=0)
     tracker.log_text(dump_yaml(cfg), "resolved_config.yaml")
     log_evaluation_data(tracker, run.encoded, splits.data_hash, splits.manifest)
     if splits.manifest:
