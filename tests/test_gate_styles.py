@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 
 from suffice.serving.lexical import entities
-from suffice.training.data.styles import STYLES, apply_style, check_styles, style_of, styled_copies, styled_row
+from suffice.training.data.styles import CONVERSATION_STYLES, MESSAGE_STYLES, STYLES, apply_style, check_styles, style_of, styled_copies, styled_row
 
 MESSAGES = ["Could you please sort that by price descending?", "ok so what about the Pro plan for 3 users, is it cheaper?",
             "Thanks!", "Now find me all fruits under $2", "Does Greenbasket deliver to Millbrook Heights on Sundays?"]
 
 
-@pytest.mark.parametrize("style", sorted(STYLES))
+@pytest.mark.parametrize("style", sorted(MESSAGE_STYLES))
 def test_styles_change_the_writing_not_the_request(style):
     for m in MESSAGES:
         out = apply_style(style, m, seed="t1")
@@ -26,6 +26,35 @@ def test_styles_change_the_writing_not_the_request(style):
         if style in ("terse", "no_punct", "lowercase", "shouting"):  # these add no word at all
             assert set(re.findall(r"[\w$']+", out.lower())) <= set(re.findall(r"[\w$']+", m.lower()))
     assert apply_style("typos", MESSAGES[0], seed="a") != MESSAGES[0]
+
+
+def test_conversation_styles_keep_every_turn_and_add_no_name():
+    turns = [{"title": "user", "content": "x", "text": "What does the Pro plan cost?"},
+             {"title": "assistant", "text": "The Pro plan costs $12 a month."},
+             {"title": "user", "text": "And Basic?"}, {"title": "assistant", "text": "Basic is $5. Want me to compare them?"}]
+    row = {"id": "t1", "question": "yes please", "passages": turns, "label": 1, "source": "retrieval-gate"}
+    assert set(CONVERSATION_STYLES) <= set(STYLES)
+    for style in CONVERSATION_STYLES:
+        out = styled_row(row, style)
+        assert out == styled_row(row, style) and out["question"] == row["question"] and out["label"] == 1
+        assert row["passages"] == turns  # the input row is not modified
+        texts = [t["text"] for t in out["passages"]]
+        for t in turns:  # every original turn survives, in order, its words unchanged
+            assert any(t["text"] in x for x in texts)
+    from suffice.training.data import styles as st
+
+    chatty = styled_row(row, "chatty_assistant")["passages"]
+    for orig, out in zip(turns, chatty):  # only the pleasantries are added around an assistant's reply
+        stripped = out["text"]
+        for phrase in (*st._OPENERS, *st._CLOSERS):
+            stripped = stripped.replace(phrase, "").strip()
+        assert stripped == orig["text"]
+    assert chatty[3]["text"].endswith("compare them?")  # an offer stays the last thing the assistant said
+    assert chatty[1]["text"] != turns[1]["text"] and chatty[0] == turns[0]
+    first = styled_row(row, "small_talk_first")["passages"]
+    assert [t["title"] for t in first[:2]] == ["user", "assistant"] and first[2:] == turns
+    with pytest.raises(ValueError, match="rewrites the earlier turns"):
+        apply_style("chatty_assistant", "hi")
 
 
 def test_styles_are_the_same_in_another_process():

@@ -1,10 +1,12 @@
 """Writing styles for the retrieval gate's threads: the same request, written by someone else.
 
 Both gate training files were written by one teacher in one style, so a split by domain still shares
-the writer. These transformations change how the user's *new message* is written, never what it asks:
-no content word is added or removed (``terse`` drops only politeness and filler, ``verbose`` wraps the
-request in framing that names nothing), so the label (RETRIEVE / SKIP) provably stays. The earlier
-turns are left as they are: the referents the label depends on live there.
+the writer. The message styles (:data:`MESSAGE_STYLES`) change how the user's *new message* is written,
+never what it asks: no content word is added or removed (``terse`` drops only politeness and filler,
+``verbose`` wraps the request in framing that names nothing), so the label (RETRIEVE / SKIP) provably
+stays. The conversation styles (:data:`CONVERSATION_STYLES`) change the earlier turns the same way:
+another assistant's pleasantries around its unchanged replies (``chatty_assistant``), a content-free
+greeting exchange first (``small_talk_first``); the facts the label depends on stay where they were.
 
 Each style is a deterministic function of (message, seed): a thread's styled copy is the same in every
 process. Training adds styled copies of its train threads (``gate.styles``, ``gate.style_copies``);
@@ -150,10 +152,50 @@ def terse(text: str, rng: random.Random) -> str:
     return out[0].lower() + out[1:] if out[:1].isupper() and not out[1:2].isupper() else out
 
 
-STYLES: dict[str, Callable[[str, random.Random], str]] = {
+MESSAGE_STYLES: dict[str, Callable[[str, random.Random], str]] = {
     "lowercase": lowercase, "shouting": shouting, "no_punct": no_punct, "typos": typos,
     "greeting": greeting, "verbose": verbose, "terse": terse, "aside": aside, "framed": framed,
 }
+"""The styles of the user's new message."""
+
+
+# ---- the conversation: another product's assistant, another thread's opening ------------------------
+# The earlier turns hold the referents the label depends on, so these add nothing but words that name
+# nothing: an assistant's pleasantries around its unchanged reply, a content-free opening exchange.
+_OPENERS = ("Sure!", "Great question!", "Happy to help.", "Of course.", "Absolutely.", "Good question.", "Certainly!")
+_CLOSERS = ("Hope that helps!", "Happy to help further.", "I hope this is useful.", "Glad I could help.")
+
+
+def chatty_assistant(turns: list[dict[str, Any]], rng: random.Random) -> list[dict[str, Any]]:
+    """Each assistant turn opens with a pleasantry; one that does not end on a question (an offer the new
+    message may answer) also closes with one. The reply itself is unchanged."""
+    out = []
+    for t in turns:
+        if t.get("title") == "assistant" and str(t.get("text", "")).strip():
+            text = f"{rng.choice(_OPENERS)} {t['text']}"
+            if not text.rstrip().endswith("?"):
+                text = f"{text} {rng.choice(_CLOSERS)}"
+            t = {**t, "text": text}
+        out.append(t)
+    return out
+
+
+_OPENING_EXCHANGES = (("hi", "Hello! How can I help you today?"), ("hello", "Hi there, what can I do for you?"),
+                      ("hey there", "Hey! What would you like to know?"), ("good morning", "Good morning! How can I help?"))
+
+
+def small_talk_first(turns: list[dict[str, Any]], rng: random.Random) -> list[dict[str, Any]]:
+    """A content-free greeting exchange before the thread's first turn: every turn moves two places back."""
+    user, assistant = rng.choice(_OPENING_EXCHANGES)
+    return [{"title": "user", "text": user}, {"title": "assistant", "text": assistant}, *turns]
+
+
+CONVERSATION_STYLES: dict[str, Callable[[list[dict[str, Any]], random.Random], list[dict[str, Any]]]] = {
+    "chatty_assistant": chatty_assistant, "small_talk_first": small_talk_first,
+}
+"""The styles of the earlier turns (the new message unchanged)."""
+
+STYLES: dict[str, Callable[..., Any]] = {**MESSAGE_STYLES, **CONVERSATION_STYLES}
 """Every style by name (the ``gate.styles`` and ``--styles`` vocabulary)."""
 
 
@@ -173,16 +215,24 @@ def _rng(*parts: Any) -> random.Random:
 
 
 def apply_style(name: str, text: str, seed: Any = 0) -> str:
-    """``text`` written in style ``name``, the same for the same ``(name, text, seed)`` in every process."""
-    return STYLES[check_styles([name], "style")[0]](text, _rng(name, seed, text))
+    """``text`` (a new message) written in message style ``name``, the same for the same ``(name, text, seed)``
+    in every process."""
+    name = check_styles([name], "style")[0]
+    if name not in MESSAGE_STYLES:
+        raise ValueError(f"style {name!r} rewrites the earlier turns, not a message: use styled_row on a gate row")
+    return MESSAGE_STYLES[name](text, _rng(name, seed, text))
 
 
 def styled_row(row: Mapping[str, Any], style: str) -> dict[str, Any]:
-    """A gate row (``question`` = the new user message) with its question in ``style``: id ``<id>~<style>``,
+    """A gate row (``question`` = the new user message) with its question (or, for a conversation style,
+    its earlier turns, ``passages``) in ``style``: id ``<id>~<style>``,
     source ``<source>~<style>`` (reports and the conservative threshold read the style there), pair
     ``<pair>~<style>`` so both threads of a styled pair stay partners; the label and the earlier turns as they were."""
     out = dict(row)
-    out["question"] = apply_style(style, row["question"], row["id"])
+    if style in CONVERSATION_STYLES:
+        out["passages"] = CONVERSATION_STYLES[style]([dict(t) for t in row["passages"]], _rng(style, row["id"], row["question"]))
+    else:
+        out["question"] = apply_style(style, row["question"], row["id"])
     out["id"] = f"{row['id']}~{style}"
     out["source"] = f"{row.get('source') or 'retrieval-gate'}~{style}"
     if row.get("pair"):
