@@ -100,9 +100,9 @@ class RetrievalGateData:
     pair_loss_weight: weight of the pair ranking loss (:mod:`suffice.training.fit.pairs`): within a
         batch, the SKIP thread of a pair must score P(SKIP) above its RETRIEVE partner; 0 = off.
         Needs ``pair_batches``.
-    styles: writing styles (:data:`suffice.training.data.styles.STYLES`) of the user's new message that
-        training adds as styled copies of its train threads (same label: the styles change how a request
-        is written, not what it asks); [] = the writer's own style only.
+    styles: writing styles (:data:`suffice.training.data.styles.STYLES`: of the user's new message, or of
+        the earlier turns) that training adds as styled copies of its train threads (same label: the styles
+        change how a thread is written, not what it asks or holds); [] = the writer's own style only.
     style_copies: styled copies per train thread (styles drawn per pair, both threads alike).
     style_validation: validation also holds one copy of each validation thread per style, and the SKIP
         threshold comes from those copies by ``style_threshold``: ``max`` = the most conservative of the
