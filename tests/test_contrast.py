@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from suffice.serving.config import ConfigError
 from suffice.training.fit.config import build_train_config
-from suffice.training.fit.features import features_for
+from suffice.training.fit.run import features_for
 from suffice.training.fit.pairs import GroupRankingLoss, group_units, ranking_loss
 
 REPO = Path(__file__).resolve().parent.parent

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from suffice.serving.config import ConfigError
 from suffice.training.fit.config import build_train_config
 from suffice.training.fit.encode import LengthGroupedSampler, partner_rows
-from suffice.training.fit.features import features_for
+from suffice.training.fit.run import features_for
 from suffice.training.fit.pairs import PairRankingLoss
 
 REPO = Path(__file__).resolve().parent.parent

@@ -10,7 +10,7 @@ import torch
 
 from suffice.serving.config import ConfigError
 from suffice.training.fit.config import build_train_config
-from suffice.training.fit.features import features_for
+from suffice.training.fit.run import features_for
 from suffice.training.fit.spans import AnswerSpan, find_answer_span, span_targets
 
 REPO = Path(__file__).resolve().parent.parent

@@ -17,7 +17,8 @@ run knows nothing else about it, so a feature lives in one file and is switched 
 
 Built on it: the contrasts of :mod:`suffice.training.fit.pairs` (the retrieval gate's pairs,
 sufficiency's passage groups) and the extractive-QA objective of :mod:`suffice.training.fit.spans`;
-:func:`features_for` returns the ones a config switches on, and ``run`` adds them.
+:func:`suffice.training.fit.run.features_for` returns the ones a config switches on, and ``run``
+adds them (it lives with the run, so the features import this hook and nothing imports back).
 
 >>> class ZeroLoss(TrainingFeature):
 ...     def loss(self, outputs, batch):
@@ -93,26 +94,3 @@ def batch_keys(features: Sequence[TrainingFeature], train: Any) -> list[str] | N
 def feature_modules(features: Sequence[TrainingFeature], model: Any) -> list[Any]:
     """Every trainable layer ``features`` add beside ``model``."""
     return [m for f in features for m in f.modules(model)]
-
-
-def features_for(cfg) -> list[TrainingFeature]:
-    """The training features ``cfg`` switches on: the contrasts of :mod:`suffice.training.fit.pairs`
-    (:class:`~suffice.training.fit.pairs.GatePairs` for a retrieval gate with ``gate.pair_batches`` /
-    ``gate.pair_loss_weight``, :class:`~suffice.training.fit.pairs.PassageContrast` for sufficiency
-    with ``contrast.unit_size``; the config refuses contrast for the gate) and the answer span of
-    :mod:`suffice.training.fit.spans` (``span.loss_weight > 0``, sufficiency only)."""
-    from suffice.training.fit.pairs import GatePairs, PassageContrast
-
-    if cfg.task == "retrieval_gate":  # gate.pair_loss_weight > 0 needs gate.pair_batches (the config says so)
-        return [GatePairs(cfg.gate.pair_batches, cfg.gate.pair_loss_weight, cfg.positive_index)] if cfg.gate.pair_batches else []
-    out: list[TrainingFeature] = []
-    if cfg.contrast.unit_size:
-        out.append(PassageContrast(cfg.contrast.unit_size, cfg.contrast.loss_weight, cfg.positive_index, cfg.seed))
-    if cfg.span.loss_weight > 0:
-        from suffice.serving.bundle import INSUFFICIENT
-        from suffice.training.fit.model import resolve_base_dir
-        from suffice.training.fit.spans import AnswerSpan
-
-        negative = next(i for i, name in cfg.id2label.items() if name == INSUFFICIENT)
-        out.append(AnswerSpan(cfg.span.loss_weight, cfg.positive_index, negative, resolve_base_dir(cfg.base_model)))
-    return out

@@ -34,14 +34,36 @@ from suffice.training.fit.loop import STATE_FILE, Checkpoints, TrainingRun, Trai
 from suffice.training.fit.splits import load_splits
 
 
+def features_for(cfg) -> list[TrainingFeature]:
+    """The training features ``cfg`` switches on: the contrasts of :mod:`suffice.training.fit.pairs`
+    (:class:`~suffice.training.fit.pairs.GatePairs` for a retrieval gate with ``gate.pair_batches`` /
+    ``gate.pair_loss_weight``, :class:`~suffice.training.fit.pairs.PassageContrast` for sufficiency
+    with ``contrast.unit_size``; the config refuses contrast for the gate) and the answer span of
+    :mod:`suffice.training.fit.spans` (``span.loss_weight > 0``, sufficiency only)."""
+    from suffice.training.fit.pairs import GatePairs, PassageContrast
+
+    if cfg.task == "retrieval_gate":  # gate.pair_loss_weight > 0 needs gate.pair_batches (the config says so)
+        return [GatePairs(cfg.gate.pair_batches, cfg.gate.pair_loss_weight, cfg.positive_index)] if cfg.gate.pair_batches else []
+    out: list[TrainingFeature] = []
+    if cfg.contrast.unit_size:
+        out.append(PassageContrast(cfg.contrast.unit_size, cfg.contrast.loss_weight, cfg.positive_index, cfg.seed))
+    if cfg.span.loss_weight > 0:
+        from suffice.serving.bundle import INSUFFICIENT
+        from suffice.training.fit.model import resolve_base_dir
+        from suffice.training.fit.spans import AnswerSpan
+
+        negative = next(i for i, name in cfg.id2label.items() if name == INSUFFICIENT)
+        out.append(AnswerSpan(cfg.span.loss_weight, cfg.positive_index, negative, resolve_base_dir(cfg.base_model)))
+    return out
+
+
 def run(cfg: TrainConfig, features: Sequence[TrainingFeature] = ()) -> dict[str, Any]:
     """Train, calibrate, evaluate, save, track and register one model; returns a summary dict.
 
     ``features``: optional training features (see :mod:`suffice.training.fit.features`), next to
-    the ones the config switches on (:func:`suffice.training.fit.features.features_for`).
+    the ones the config switches on (:func:`features_for`).
     """
     from suffice.serving.bundle import sha256_file
-    from suffice.training.fit.features import features_for
     from suffice.training.tracking import RunTracker, git_commit
 
     wall0 = time.perf_counter()
