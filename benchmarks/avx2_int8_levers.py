@@ -39,7 +39,7 @@ def p50(session, f, budget_s: float) -> tuple[float, int]:
     return float(np.median(times) * 1000), len(times)
 
 
-def session(path: Path, threads: int, profile: bool = False, spin: bool = True):
+def session(path: Path, threads: int, profile: Path | None = None, spin: bool = True):
     import onnxruntime as ort
 
     o = ort.SessionOptions()
@@ -51,7 +51,7 @@ def session(path: Path, threads: int, profile: bool = False, spin: bool = True):
         o.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if profile:
         o.enable_profiling = True
-        o.profile_file_prefix = str(path.with_suffix(""))
+        o.profile_file_prefix = str(profile / path.stem)  # never inside the bundle
     return ort.InferenceSession(str(path), o, providers=["CPUExecutionProvider"])
 
 
@@ -113,7 +113,7 @@ def main() -> None:
     if a.profile:
         fastest = min((k for k in results if k != "fp32"), key=results.get)
         for name in ("fp32", fastest):
-            print(json.dumps({"profile": name, "op_time_share": op_shares(session(paths[name], a.threads, profile=True), f)}), flush=True)
+            print(json.dumps({"profile": name, "op_time_share": op_shares(session(paths[name], a.threads, profile=work), f)}), flush=True)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,8 @@ Issue 33 (``styles``, on the first split's test threads): the same threads with 
 in each *held-out* style (``suffice.training.data.styles``: the styles the gate's config did not train
 on; ``--styles`` to choose), at the stored threshold, with the threshold each style would need for 95%
 SKIP precision (how the threshold moves under the shift) and the combinations of the model with its
-second opinions (``combinations``): the out-of-distribution guard, a referent veto (a name of the new
+second opinions (``combinations``): the out-of-distribution guard, the search guard (a message asking
+for a search or for more than was shown: :func:`~suffice.serving.gates.retrieval.search_request`), a referent veto (a name of the new
 message the conversation never mentions forces RETRIEVE) and, with ``--scorer``, the sufficiency
 scorer on (new message, the assistant's earlier turns), SKIP only when both agree.
 
@@ -253,17 +254,17 @@ def second_opinion_ms(scorer, rows: list[dict], n: int = 100) -> dict:
 def style_results(gate, rows: list[dict], styles: list[str], min_precision: float, scorer=None,
                   suff_threshold: float | None = None) -> dict:
     """The test threads as written (``own``) and rewritten in each held-out style, then all held-out styles
-    pooled: each at the stored threshold (the shipped ``decide``, OOD guard on), the threshold that would
+    pooled: each at the stored threshold (the shipped ``decide``, OOD and search guards on), the threshold that would
     give ``min_precision`` SKIP precision on that set, and ``combinations`` of the model (guard off) with
     the OOD guard, the referent veto and (``scorer``) the sufficiency second opinion at ``suff_threshold``."""
     from dataclasses import replace
 
-    from suffice.serving.gates.retrieval import RetrievalGate, out_of_distribution
+    from suffice.serving.gates.retrieval import RetrievalGate, out_of_distribution, search_request
     from suffice.training.data.styles import styled_row
     from suffice.training.evaluation.metrics import auroc
     from suffice.training.fit.calibration import threshold_for_precision
 
-    raw = RetrievalGate(gate._model, replace(gate.config, ood_guard=False))
+    raw = RetrievalGate(gate._model, replace(gate.config, ood_guard=False, search_guard=False))
     t = gate.skip_threshold
     sets = {"own": rows, **{st: [styled_row(r, st) for r in rows] for st in styles}}
     out: dict = {}
@@ -273,8 +274,9 @@ def style_results(gate, rows: list[dict], styles: list[str], min_precision: floa
         p = np.asarray([raw.decide(thread_of(r)).score or 0.0 for r in rs])
         ood = np.asarray([out_of_distribution(r["question"]) is not None for r in rs])
         ref = np.asarray([referent_veto(r) for r in rs])
+        srch = np.asarray([search_request(r["question"]) for r in rs])
         suff = sufficiency_scores(scorer, rs) if scorer is not None else None
-        parts = {"y": y, "p": p, "ood": ood, "ref": ref, **({"suff": suff} if suff is not None else {})}
+        parts = {"y": y, "p": p, "ood": ood, "ref": ref, "search": srch, **({"suff": suff} if suff is not None else {})}
         if name != "own":
             for k, v in parts.items():
                 pooled.setdefault(k, []).append(v)
@@ -288,13 +290,15 @@ def style_results(gate, rows: list[dict], styles: list[str], min_precision: floa
 def _style_entry(parts: dict, t: float, min_precision: float, suff_threshold, auroc, threshold_for_precision) -> dict:
     y, p, ood, ref = parts["y"], parts["p"], parts["ood"], parts["ref"]
     model = p >= t
-    combos = {"model": model, "model+ood": model & ~ood, "model+ood+referent": model & ~ood & ~ref}
+    srch = parts["search"]
+    combos = {"model": model, "model+ood": model & ~ood, "model+ood+search": model & ~ood & ~srch,
+              "model+ood+referent": model & ~ood & ~ref}
     if "suff" in parts:
         agree = parts["suff"] >= suff_threshold
         combos.update({"model+ood+sufficiency": model & ~ood & agree, "model+ood+referent+sufficiency": model & ~ood & ~ref & agree})
     t95, reached = threshold_for_precision(p, y, min_precision)
-    return {"stored": gate_quality((model & ~ood).astype(int), y), "auroc": auroc(p, y), "threshold_for_target": t95,
-            "target_reached": reached, "ood_rate": float(ood.mean()), "referent_veto_rate": float(ref.mean()),
+    return {"stored": gate_quality((model & ~ood & ~srch).astype(int), y), "auroc": auroc(p, y), "threshold_for_target": t95,
+            "target_reached": reached, "ood_rate": float(ood.mean()), "referent_veto_rate": float(ref.mean()), "search_request_rate": float(srch.mean()),
             "combinations": {k: gate_quality(v.astype(int), y) for k, v in combos.items()}}
 
 

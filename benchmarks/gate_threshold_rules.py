@@ -47,7 +47,7 @@ def run(model_dir: str | Path, threads: int = 2, validation_styles: list[str] | 
     if cfg.gate.split != "domains":
         raise SystemExit(f"{model_dir} was trained on gate.split={cfg.gate.split!r}: this comparison needs the domains split")
     gate = RetrievalGate.load(model_dir / "bundle", RetrievalGateConfig(intra_op_threads=threads))
-    raw = RetrievalGate(gate._model, replace(gate.config, ood_guard=False))
+    raw = RetrievalGate(gate._model, replace(gate.config, ood_guard=False, search_guard=False))
     target = cfg.calibration.skip_min_precision or 0.95
     splits = split_threads(cfg, "domains")
     trained = list(cfg.gate.styles)

@@ -74,8 +74,10 @@ def _speed_order(cpu: CpuInfo) -> list[tuple[str, str, str | None]]:
     export's int8 rule passed that combination: the hint can keep the parity probe's scores while
     lowering macro-F1, which the label-free probe cannot see. On AMX, OpenVINO bf16 comes next (ranked
     so without a measurement on such a CPU); with AVX-512 BF16 but no AMX, ONNX Runtime int8 comes
-    before OpenVINO bf16. On AVX2 (no VNNI) ONNX Runtime int8 with reduce_range weights stays first.
-    The fp32 engines come last, OpenVINO's first. Every variant must still reproduce the bundle's
+    before OpenVINO bf16. On AVX2 (no VNNI) ONNX Runtime int8 with reduce_range weights stays first, then
+    ONNX Runtime fp32, and OpenVINO int8 comes last: without VNNI its int8 kernels are 1.3-1.5x slower
+    than fp32 (benchmarks/results/2026-12-02/scorer-avx2.md, 2026-12-03/scorer-avx2-levers.md). Elsewhere
+    the fp32 engines come last, OpenVINO's first. Every variant must still reproduce the bundle's
     parity probe on the serving CPU. The timings behind this order are in
     benchmarks/results/2026-11-28/scorer-latency.md and int8-export.md.
     """
@@ -87,8 +89,8 @@ def _speed_order(cpu: CpuInfo) -> list[tuple[str, str, str | None]]:
         return [OV_INT8_BF16, ov_int8, ort_int8, ov_bf16, ov_fp32, ort_fp32]
     if cpu.isa_class in (AMX, AVX512_VNNI):
         return [ov_int8, ort_int8, ov_fp32, ort_fp32]
-    if cpu.isa_class == AVX2:
-        return [ort_int8, ov_int8, ov_fp32, ort_fp32]
+    if cpu.isa_class == AVX2:  # OpenVINO int8 is slower than either fp32 engine without VNNI: last
+        return [ort_int8, ort_fp32, ov_fp32, ov_int8]
     return [ort_int8, ort_fp32, ov_int8, ov_fp32]
 
 

@@ -27,7 +27,7 @@ def cpu(flags):
     (VNNI_BF16, True, ["onnxruntime-int8", "openvino-bf16", "openvino-fp32", "onnxruntime-fp32"]),
     (VNNI_BF16, False, ["onnxruntime-int8", "onnxruntime-fp32"]),
     (VNNI, True, ["onnxruntime-int8", "openvino-fp32", "onnxruntime-fp32"]),
-    (AVX2, True, ["onnxruntime-int8", "openvino-fp32", "onnxruntime-fp32"]),
+    (AVX2, True, ["onnxruntime-int8", "onnxruntime-fp32", "openvino-fp32"]),
     (AVX2, False, ["onnxruntime-int8", "onnxruntime-fp32"]),
     (set(), True, ["onnxruntime-int8", "onnxruntime-fp32", "openvino-fp32"]),
 ])
@@ -41,7 +41,7 @@ def test_auto_ranks_the_variants_by_isa_class(flags, openvino, want):
     (AMX, ["openvino-int8-bf16", "openvino-int8", "openvino-bf16", "onnxruntime-int8", "openvino-fp32", "onnxruntime-fp32"]),
     (VNNI_BF16, ["openvino-int8-bf16", "openvino-int8", "onnxruntime-int8", "openvino-bf16", "openvino-fp32", "onnxruntime-fp32"]),
     (VNNI, ["openvino-int8", "onnxruntime-int8", "openvino-fp32", "onnxruntime-fp32"]),
-    (AVX2, ["onnxruntime-int8", "openvino-int8", "openvino-fp32", "onnxruntime-fp32"]),
+    (AVX2, ["onnxruntime-int8", "onnxruntime-fp32", "openvino-fp32", "openvino-int8"]),
 ])
 def test_openvino_int8_ranks_by_isa_class(flags, want):
     from suffice.serving.backends import rank_variants

@@ -99,6 +99,30 @@ def test_out_of_distribution_messages_retrieve_without_the_model(gate_bundle, me
     assert RetrievalGate.load(gate_bundle, always).decide(THREAD).decision == "SKIP"  # English passes the guard
 
 
+@pytest.mark.parametrize("message", ["Now find me all fruits under $2", "can you look up the opening hours?",
+                                     "Are there any others?", "what else do you have?", "any more options for two people"])
+def test_search_requests_retrieve_without_the_model(gate_bundle, message):
+    """A message that asks for a search, or for more than the conversation showed, is new knowledge by request."""
+    from suffice.serving import RetrievalGate, RetrievalGateConfig
+
+    always = RetrievalGateConfig(skip_threshold=0.0)  # every message the model reads would be SKIP
+    thread = THREAD[:3] + [{"role": "user", "content": message}]
+    gate = RetrievalGate.load(gate_bundle, always)
+    gate._model = None  # would raise if the model were touched
+    d = gate.decide(thread)
+    assert d.decision == "RETRIEVE" and d.score is None and d.reason.startswith("search_request")
+    off = RetrievalGate.load(gate_bundle, RetrievalGateConfig(skip_threshold=0.0, search_guard=False)).decide(thread)
+    assert off.decision == "SKIP" and off.score is not None
+
+
+@pytest.mark.parametrize("message", ["Which of those are under $2?", "I find that confusing, say it simpler",
+                                     "Sort that by price", "Thanks, that is all I needed"])
+def test_follow_ups_on_what_was_shown_are_not_search_requests(message):
+    from suffice.serving.gates.retrieval import search_request
+
+    assert not search_request(message)
+
+
 def test_previous_turns_packed_recent_first(gate_bundle):
     from suffice.serving import RetrievalGate, RetrievalGateConfig
 
@@ -201,7 +225,8 @@ def test_gate_benchmark_measures_the_bundle_on_held_out_threads(gate_bundle, tin
     n = r["n_test"]
     assert sr["sets"]["held_out_pooled"]["stored"]["n"] == n * len(STYLES)
     for e in sr["sets"].values():
-        assert set(e["combinations"]) == {"model", "model+ood", "model+ood+referent"} and 0.0 <= e["ood_rate"] <= 1.0
+        assert set(e["combinations"]) == {"model", "model+ood", "model+ood+search", "model+ood+referent"} and 0.0 <= e["ood_rate"] <= 1.0
+        assert 0.0 <= e["search_request_rate"] <= 1.0
         assert e["combinations"]["model+ood+referent"]["skip_rate"] <= e["combinations"]["model"]["skip_rate"]
     assert "== styles" in bench.format_report(r)
     scored = bench.run(gate_bundle, str(REPO / "configs" / "retrieval-gate.yaml"), [f"--gate.path={threads}", "--gate.test_fraction=0.3", "--gate.styles=[]"],

@@ -11,7 +11,8 @@ to answer from yet) without running the model. Any error or malformed input give
 reason: a gate that fails closed would silently starve the answerer of knowledge. So does a new message
 unlike any the gate was trained on (:func:`out_of_distribution`: another script, another language, far
 longer than training's follow-ups): SKIP claims the conversation holds the answer, and a model reading
-what it never saw cannot back that claim.
+what it never saw cannot back that claim. So does a message that asks for a search or for more than the
+conversation showed (:func:`search_request`: "find me all ...", "any others?"): new knowledge by request.
 
 >>> gate = RetrievalGate.load("bundles/retrieval-gate-v1")  # doctest: +SKIP
 >>> gate.decide([{"role": "user", "content": "What is our refund policy?"},
@@ -23,6 +24,7 @@ what it never saw cannot back that claim.
 from __future__ import annotations
 
 import os
+import re
 import time
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
@@ -95,6 +97,26 @@ def out_of_distribution(message: str, max_words: int = MAX_MESSAGE_WORDS) -> str
     return None
 
 
+SEARCH_REQUEST = re.compile(
+    r"(?<!\bi )(?<!\bto )\b(?:find|search|look (?:up|for)|lookup|browse)\b"
+    r"|\bany (?:others?|more)\b|\banything else\b|\bwhat else\b|\b(?:other|more) (?:options|choices)\b", re.IGNORECASE)
+"""A new message that asks to search, or for more than was shown: "find me", "look up", "any others", "what else"."""
+
+
+def search_request(message: str) -> bool:
+    """Whether the new user message asks for a search or for more than the conversation showed
+    (:data:`SEARCH_REQUEST`): a request for new knowledge whatever the conversation holds, so the gate
+    answers RETRIEVE without asking the model. In the gate's training threads these words appear in 48
+    of 1,244 RETRIEVE follow-ups and in none of 1,250 SKIP ones (benchmarks/results/2026-12-03).
+
+    >>> search_request("Now find me all fruits under $2"), search_request("Which of those are under $2?")
+    (True, False)
+    >>> search_request("I find that confusing, say it simpler")
+    False
+    """
+    return SEARCH_REQUEST.search(message) is not None
+
+
 @dataclass(frozen=True)
 class RetrievalGateConfig:
     """RetrievalGate settings.
@@ -105,6 +127,8 @@ class RetrievalGateConfig:
     max_tokens: window for question + context; None uses the bundle's max_length (never more).
     ood_guard: RETRIEVE without running the model when the new message is out of the training
         distribution (:func:`out_of_distribution`: script, language, length); False asks the model anyway.
+    search_guard: RETRIEVE without running the model when the new message asks for a search or for more
+        than the conversation showed (:func:`search_request`); False asks the model anyway.
     backend / precision / intra_op_threads / verify_checksums / cpu: as for the scorer (the same
         runtime selection: the fastest variant this CPU supports that passes the parity probe).
     """
@@ -113,6 +137,7 @@ class RetrievalGateConfig:
     context_turns: int = CONTEXT_TURNS
     max_tokens: int | None = None
     ood_guard: bool = True
+    search_guard: bool = True
     precision: str = "auto"
     intra_op_threads: int = 0
     verify_checksums: bool = True
@@ -209,6 +234,8 @@ class RetrievalGate:
         ood = out_of_distribution(question) if self.config.ood_guard else None
         if ood is not None:
             return GateDecision(RETRIEVE, None, ms(), f"out_of_distribution: {OOD_REASONS[ood]}")
+        if self.config.search_guard and search_request(question):
+            return GateDecision(RETRIEVE, None, ms(), "search_request: the message asks for a search or for more than the conversation showed")
         try:
             packed = self._packer.pack(question, passages)
             _, probs = self._model.predict_packed([packed])

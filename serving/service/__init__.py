@@ -74,7 +74,7 @@ def build_service(bundle: str, config: ServiceConfig):
     gate = None
     if config.retrieval_gate.bundle:
         gate = RetrievalGate.load(resolve_bundle_uri(config.retrieval_gate.bundle), RetrievalGateConfig(
-            skip_threshold=config.retrieval_gate.skip_threshold, ood_guard=config.retrieval_gate.ood_guard, precision=rt.precision, backend=rt.backend,
+            skip_threshold=config.retrieval_gate.skip_threshold, ood_guard=config.retrieval_gate.ood_guard, search_guard=config.retrieval_gate.search_guard, precision=rt.precision, backend=rt.backend,
             intra_op_threads=rt.intra_op_threads, verify_checksums=rt.verify_checksums))
     return create_app(config, scorer, retrieval_gate=gate), scorer, gate
 

@@ -209,12 +209,15 @@ class RetrievalGateSection:
 
     skip_threshold: None = the bundle's ``thresholds.skip``. ood_guard: RETRIEVE without asking the model
     for a new message in another script or language, or far longer than the gate's training follow-ups
-    (:func:`suffice.serving.gates.retrieval.out_of_distribution`).
+    (:func:`suffice.serving.gates.retrieval.out_of_distribution`). search_guard: RETRIEVE without asking
+    the model for a message that asks for a search or for more than the conversation showed
+    (:func:`suffice.serving.gates.retrieval.search_request`).
     """
 
     bundle: str | None = None
     skip_threshold: float | None = None
     ood_guard: bool = True
+    search_guard: bool = True
 
 
 @dataclass(frozen=True)
