@@ -26,6 +26,7 @@ def _numbers(x, path=""):
         yield path, x
 
 
+@pytest.mark.slow  # 70 s of the default suite's 685 s on an AVX2 CPU; `make test-slow` runs it
 @pytest.mark.timeout(600)
 def test_smoke_benchmark_writes_report_results_plots_and_mlflow_run(tmp_path, minilm_dir):
     out = tmp_path / "bench"

@@ -6,6 +6,8 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+
 from suffice.training import demo
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "train20.jsonl"
@@ -40,6 +42,7 @@ def test_demo_rejects_stray_arguments(capsys):
     assert "look like --key=value" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # the default suite runs the same two stages in tests/test_registry_demo.py (with export)
 def test_demo_with_stage0_starts_the_demo_config_from_the_stage0_directory(tiny_bert, tmp_path, monkeypatch):
     """--stage0 on: configs/pretrain.yaml runs first into <output_dir>/stage0 (its --stage0.* overrides only),
     then the demo config starts from that directory; the user's --base_model is where stage 0 starts."""

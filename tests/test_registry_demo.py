@@ -55,7 +55,7 @@ def store(demo_store, monkeypatch):
         yield root, printed, out_dir
 
 
-def test_demo_registers_stage0_and_the_candidate_as_two_versions(store, tmp_path, capsys):
+def test_demo_registers_stage0_and_the_candidate_as_two_versions(store, tmp_path, capsys, tiny_bert_dir):
     from mlflow.tracking import MlflowClient
 
     from suffice.serving import SufficiencyScorer
@@ -73,6 +73,9 @@ def test_demo_registers_stage0_and_the_candidate_as_two_versions(store, tmp_path
     assert meta["mlflow"]["registered_model"] == "suffice-sufficiency-model" and meta["mlflow"]["bundle"] == "models:/suffice-sufficiency/2"
     stage0 = json.loads((out_dir / "stage0" / "suffice_model.json").read_text())
     assert stage0["mlflow"]["bundle"] == "models:/suffice-sufficiency/1"
+    # stage 0 starts where --base_model says, the demo config from the stage-0 directory
+    assert stage0["base_model"] == str(tiny_bert_dir)
+    assert meta["base_model"] == str(out_dir / "stage0")
     # what the registry page shows at a glance: the headline numbers open each version's description
     for v in versions.values():
         assert v.description.startswith("val source-mean F1 "), v.description
