@@ -275,8 +275,9 @@ def style_results(gate, rows: list[dict], styles: list[str], min_precision: floa
         ood = np.asarray([out_of_distribution(r["question"]) is not None for r in rs])
         ref = np.asarray([referent_veto(r) for r in rs])
         srch = np.asarray([search_request(r["question"]) for r in rs])
+        guarded = np.asarray([gate.guard(r["question"]) is not None for r in rs])  # the shipped decide's guards
         suff = sufficiency_scores(scorer, rs) if scorer is not None else None
-        parts = {"y": y, "p": p, "ood": ood, "ref": ref, "search": srch, **({"suff": suff} if suff is not None else {})}
+        parts = {"y": y, "p": p, "ood": ood, "ref": ref, "search": srch, "guarded": guarded, **({"suff": suff} if suff is not None else {})}
         if name != "own":
             for k, v in parts.items():
                 pooled.setdefault(k, []).append(v)
@@ -297,7 +298,7 @@ def _style_entry(parts: dict, t: float, min_precision: float, suff_threshold, au
         agree = parts["suff"] >= suff_threshold
         combos.update({"model+ood+sufficiency": model & ~ood & agree, "model+ood+referent+sufficiency": model & ~ood & ~ref & agree})
     t95, reached = threshold_for_precision(p, y, min_precision)
-    return {"stored": gate_quality((model & ~ood & ~srch).astype(int), y), "auroc": auroc(p, y), "threshold_for_target": t95,
+    return {"stored": gate_quality((model & ~parts["guarded"]).astype(int), y), "auroc": auroc(p, y), "threshold_for_target": t95,
             "target_reached": reached, "ood_rate": float(ood.mean()), "referent_veto_rate": float(ref.mean()), "search_request_rate": float(srch.mean()),
             "combinations": {k: gate_quality(v.astype(int), y) for k, v in combos.items()}}
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -35,11 +36,8 @@ def main() -> None:
     from suffice.serving.runtime import OnnxClassifier, RuntimeConfig
     from suffice.training.export.steps import quantise
 
-    sys_path = Path(__file__).resolve().parent
-    import sys
-
-    sys.path.insert(0, str(sys_path))
-    from avx2_int8_levers import feeds, p50, session
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from avx2_int8_levers import feeds, p50, session  # noqa: E402
 
     clf = OnnxClassifier(a.bundle, RuntimeConfig(backend="onnxruntime", precision="fp32", check_probe=False))
     packer, man = clf.packer_for(None), clf.manifest

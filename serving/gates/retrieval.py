@@ -217,6 +217,16 @@ class RetrievalGate:
             return None
         return question, passages
 
+    def guard(self, question: str) -> str | None:
+        """Why the new message RETRIEVEs without asking the model (the guards the config switches on:
+        :func:`out_of_distribution`, :func:`search_request`), or None when the model decides."""
+        ood = out_of_distribution(question) if self.config.ood_guard else None
+        if ood is not None:
+            return f"out_of_distribution: {OOD_REASONS[ood]}"
+        if self.config.search_guard and search_request(question):
+            return "search_request: the message asks for a search or for more than the conversation showed"
+        return None
+
     def decide(self, messages: Sequence[Mapping[str, Any]]) -> GateDecision:
         """RETRIEVE or SKIP for the latest user message; any problem gives RETRIEVE with the reason."""
         t0 = time.perf_counter()
@@ -231,11 +241,9 @@ class RetrievalGate:
         if built is None:
             return GateDecision(RETRIEVE, None, ms(), "first_turn: the first user message of a thread always retrieves")
         question, passages = built
-        ood = out_of_distribution(question) if self.config.ood_guard else None
-        if ood is not None:
-            return GateDecision(RETRIEVE, None, ms(), f"out_of_distribution: {OOD_REASONS[ood]}")
-        if self.config.search_guard and search_request(question):
-            return GateDecision(RETRIEVE, None, ms(), "search_request: the message asks for a search or for more than the conversation showed")
+        guarded = self.guard(question)
+        if guarded is not None:
+            return GateDecision(RETRIEVE, None, ms(), guarded)
         try:
             packed = self._packer.pack(question, passages)
             _, probs = self._model.predict_packed([packed])
