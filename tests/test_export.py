@@ -99,6 +99,59 @@ def test_export_without_nncf_ships_the_rest_and_says_why(exported, tmp_path, mon
     assert not (tmp_path / "b2").exists()
 
 
+def refuse_first(monkeypatch, times: int) -> list[str]:
+    """Make the ONNX Runtime int8 rule refuse its first ``times`` calls (score shift); returns the recipes it saw."""
+    from suffice.training.export import ParityError, parity
+
+    seen, real = [], parity.int8_verdict
+
+    def verdict(out, pc, remedy=parity.ORT_INT8_REMEDY):
+        if remedy != parity.ORT_INT8_REMEDY:  # the OpenVINO int8 model's rule: not this test's
+            return real(out, pc, remedy)
+        seen.append(out["int8_mean_abs_score_change"])
+        if len(seen) <= times:
+            return ParityError("int8 moves the calibrated score by 0.0140 on average (allowed 0.01)", check="int8_score_shift",
+                               largest_difference=0.014, tolerance=0.01)
+        return real(out, pc, remedy)
+
+    monkeypatch.setattr(parity, "int8_verdict", verdict)
+    return seen
+
+
+def test_refused_ort_int8_is_made_again_with_the_output_projections_in_fp32(exported, tmp_path, monkeypatch):
+    from suffice.serving.bundle import read_manifest
+    from suffice.training.export import export_bundle
+    from suffice.training.export.steps import ORT_INT8_KEEP_FP32
+
+    model_dir, _ = exported
+    seen = refuse_first(monkeypatch, 1)
+    b = export_bundle(model_dir, tmp_path / "b", validation_items(10))
+    m = read_manifest(b)
+    assert len(seen) == 2 and m.int8_model_file == "model.int8.onnx" and "model.int8.onnx" in m.files
+    q, first = m.parity.quantization, m.parity.int8["first_recipe"]
+    assert "fp32 kept for 4 nodes" in q and str(list(ORT_INT8_KEEP_FP32)) in q, q  # tiny BERT: 2 layers x (attention + FFN) outputs
+    assert "fp32 kept" not in first["quantization"] and first["refused"].startswith("int8_score_shift: ") and "refused" not in m.parity.int8
+    assert first["mean_abs_score_change"] == seen[0] and m.parity.int8["mean_abs_score_change"] == seen[1]
+    assert {"macro_f1_fp32", "macro_f1_int8", "auroc_fp32", "auroc_int8"} <= set(first) & set(m.parity.int8)  # labelled items
+
+
+def test_ort_int8_refused_by_both_recipes_is_left_out_naming_both(exported, tmp_path, monkeypatch):
+    from suffice.serving.bundle import read_manifest
+    from suffice.training.export import ParityError, export_bundle
+    from suffice.training.export.bundle import export_shipping_what_passes
+
+    model_dir, _ = exported
+    seen = refuse_first(monkeypatch, 99)
+    b, refused = export_shipping_what_passes(model_dir, tmp_path / "b", validation_items(10))
+    m = read_manifest(b)
+    assert len(seen) == 2 and m.int8_model_file is None and not (b / "model.int8.onnx").exists()
+    assert refused.startswith("int8_score_shift: ") and "and the first recipe's int8_score_shift: " in refused, refused
+    assert m.parity.quantization is None and "fp32 kept for" in m.parity.int8["quantization"]
+    with pytest.raises(ParityError, match="int8 moves the calibrated score"):  # not optional: the second refusal raises
+        export_bundle(model_dir, tmp_path / "b2", validation_items(10))
+    assert not (tmp_path / "b2").exists()
+
+
 def test_failed_parity_raises_typed_error_and_leaves_no_bundle(exported, tmp_path):
     from suffice.training.export import ParityConfig, ParityError, export_bundle
 

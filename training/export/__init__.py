@@ -6,6 +6,9 @@ The steps, one public function each, in the order :func:`.bundle.export_bundle` 
     steps.read_model -> steps.merge -> steps.to_onnx -> steps.optimise -> steps.quantise -> steps.quantise_openvino
     -> parity.check_parity -> manifest.build_manifest -> parity.check_roundtrip
 
+An ONNX Runtime int8 model the int8 rule refuses is made once more with ``steps.ORT_INT8_KEEP_FP32`` left in
+fp32 and checked again (``int8_first_recipe`` in the manifest's parity keeps the refused recipe's numbers).
+
 - :mod:`.validation` the items parity is checked on; :mod:`.errors` ExportError, ParityError, ParityConfig
 - :mod:`.registry`   register a bundle in MLflow, resolve a registry URI, promote an alias
 - :mod:`.cli`        the ``suffice export`` command

@@ -19,7 +19,7 @@ from suffice.serving.bundle import MODEL_FP32, MODEL_INT8, MODEL_OV_INT8, TOKENI
 from suffice.training.export.errors import ExportError, ParityConfig
 from suffice.training.export.manifest import build_manifest
 from suffice.training.export.parity import check_parity, check_roundtrip
-from suffice.training.export.steps import merge, optimise, quantise, read_model, to_onnx, write_probe
+from suffice.training.export.steps import ORT_INT8_KEEP_FP32, merge, optimise, quantise, read_model, to_onnx, write_probe
 from suffice.training.export.validation import PROBE_ITEMS, as_pair
 
 log = logging.getLogger("suffice.export")
@@ -84,9 +84,13 @@ def export_bundle(
                                               required=openvino_int8 is True)
         measured, fp32_par = check_parity(merged, bundle, packed, packer.pad_id, [lab for _, _, lab in items], meta, pc,
                                           quantized=quantize, graph_optimization=opt_desc, quantization=quant_desc, openvino_int8=ov_file,
-                                          int8_optional=int8_optional)
+                                          int8_optional=int8_optional,
+                                          requantise=lambda: quantise(bundle / MODEL_FP32, bundle / MODEL_INT8, exclude=ORT_INT8_KEEP_FP32))
         report = ParityReport.from_dict(measured)
         shipped_int8 = quantize and "refused" not in report.int8
+        if shipped_int8 and "first_recipe" in report.int8:
+            log.info("ONNX Runtime int8: the first recipe was refused (%s); shipping the second (%s)",
+                     report.int8["first_recipe"]["refused"], report.quantization)
         if quantize and not shipped_int8:
             log.warning("ONNX Runtime int8 left out of the bundle: %s", report.int8["refused"])
             (bundle / MODEL_INT8).unlink()

@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -38,11 +38,16 @@ def onnx_logits(session, feeds_list: Iterable[dict[str, np.ndarray]]) -> np.ndar
 
 def check_parity(merged: Path, bundle: Path, packed: Sequence[Any], pad_id: int, labels: Sequence[int | None], meta: ModelMeta,
                  pc: ParityConfig, *, quantized: bool, graph_optimization: str, quantization: str | None,
-                 openvino_int8: str | None = None, int8_optional: bool = False) -> tuple[dict[str, Any], np.ndarray]:
+                 openvino_int8: str | None = None, int8_optional: bool = False,
+                 requantise: Callable[[], str] | None = None) -> tuple[dict[str, Any], np.ndarray]:
     """Check fp32 ONNX against PyTorch and int8 against fp32; returns (the parity report, the fp32 logits of the parity items).
 
     ``int8_optional``: a failed ONNX Runtime int8 rule does not raise; its reason goes in
     ``report["int8_refused"]`` (export then leaves that model out and ships what passed).
+
+    ``requantise``: when the ONNX Runtime int8 model fails the rule, called once to write the next recipe's
+    model over it (returning that recipe's description), which is then checked by the same rule; the first
+    recipe's numbers and refusal stay in ``report["int8_first_recipe"]``. (Export owns the recipes.)
 
     ``openvino_int8``: the bundle's OpenVINO int8 IR, checked by the same rule; its verdict goes in
     ``report["openvino_int8"]`` (``passed`` False with the reason: export then leaves it out).
@@ -75,25 +80,41 @@ def check_parity(merged: Path, bundle: Path, packed: Sequence[Any], pad_id: int,
     # 2. int8 vs fp32 on all validation items
     fp32_all = onnx_logits(fp32_sess, batches)
     if quantized:
-        int8_all = onnx_logits(session(bundle / MODEL_INT8), batches)
-        report.update(int8_items=len(packed), int8_max_abs_logit_diff=float(np.abs(int8_all - fp32_all).max()))
-        try:
-            if len(meta.id2label) == 2:
-                report.update(int8_parity(fp32_all, int8_all, labels, meta, pc))
-            else:
-                agreement = float((fp32_all.argmax(1) == int8_all.argmax(1)).mean())
-                report.update(int8_agreement=agreement)
-                if agreement < pc.min_agreement:
-                    raise ParityError(f"int8 decisions agree with fp32 on {agreement:.2%} of {len(packed)} items (needs >= {pc.min_agreement:.0%}); "
-                                      f"largest logit difference {report['int8_max_abs_logit_diff']:.3g}: {ORT_INT8_REMEDY}",
-                                      check="int8_agreement", largest_difference=pc.min_agreement - agreement, tolerance=1 - pc.min_agreement)
-        except ParityError as e:
+        numbers, refused = ort_int8_rule(bundle / MODEL_INT8, batches, fp32_all, labels, meta, pc)
+        if refused is not None and requantise is not None:
+            first = {**numbers, "quantization": quantization, "refused": f"{refused.check}: {refused}"}
+            report["quantization"] = requantise()
+            numbers, refused = ort_int8_rule(bundle / MODEL_INT8, batches, fp32_all, labels, meta, pc)
+            numbers["first_recipe"] = first
+        report.update({f"int8_{k}": v for k, v in numbers.items()})
+        if refused is not None:
             if not int8_optional:
-                raise
-            report["int8_refused"] = f"{e.check}: {e}"
+                raise refused
+            first = numbers.get("first_recipe")
+            report["int8_refused"] = f"{refused.check}: {refused}" + (f" (and the first recipe's {first['refused']})" if first else "")
     if openvino_int8:
         report["openvino_int8"] = openvino_int8_parity(bundle / openvino_int8, batches, fp32_all, labels, meta, pc)
     return report, fp32_par
+
+
+def ort_int8_rule(path: Path, batches: Sequence[dict[str, np.ndarray]], fp32_all: np.ndarray, labels: Sequence[int | None],
+                  meta: ModelMeta, pc: ParityConfig) -> tuple[dict[str, Any], ParityError | None]:
+    """The int8 rule for an ONNX Runtime int8 model against the fp32 logits ``fp32_all`` of the same batches:
+    (its numbers without the ``int8_`` prefix, measured whether it passes or not; the :class:`ParityError`
+    that refuses it, or None)."""
+    int8_all = onnx_logits(session(path), batches)
+    numbers: dict[str, Any] = {"items": int(len(int8_all)), "max_abs_logit_diff": float(np.abs(int8_all - fp32_all).max())}
+    if len(meta.id2label) == 2:
+        rep = int8_numbers(fp32_all, int8_all, labels, meta, pc)
+        refused = int8_verdict(rep, pc)
+    else:
+        rep = {"int8_agreement": float((fp32_all.argmax(1) == int8_all.argmax(1)).mean())}
+        refused = None if rep["int8_agreement"] >= pc.min_agreement else ParityError(
+            f"int8 decisions agree with fp32 on {rep['int8_agreement']:.2%} of {len(int8_all)} items (needs >= {pc.min_agreement:.0%}); "
+            f"largest logit difference {numbers['max_abs_logit_diff']:.3g}: {ORT_INT8_REMEDY}",
+            check="int8_agreement", largest_difference=pc.min_agreement - rep["int8_agreement"], tolerance=1 - pc.min_agreement)
+    numbers.update({k[len("int8_"):] if k.startswith("int8_") else k: v for k, v in rep.items()})
+    return numbers, refused
 
 
 def openvino_int8_parity(path: Path, batches: Sequence[dict[str, np.ndarray]], fp32_all: np.ndarray, labels: Sequence[int | None],
@@ -164,7 +185,20 @@ def int8_parity(fp32_logits: np.ndarray, int8_logits: np.ndarray, labels: Sequen
                 pc: ParityConfig, remedy: str = ORT_INT8_REMEDY) -> dict[str, Any]:
     """The quality-preserving int8 check of a binary model (see :class:`ParityConfig`); raises :class:`ParityError`
     whose message ends with ``remedy`` (what happens to, or what to do about, the refused int8 model).
+    Returns the numbers (:func:`int8_numbers`) when the model passes.
     """
+    out = int8_numbers(fp32_logits, int8_logits, labels, meta, pc)
+    refused = int8_verdict(out, pc, remedy)
+    if refused is not None:
+        raise refused
+    return out
+
+
+def int8_numbers(fp32_logits: np.ndarray, int8_logits: np.ndarray, labels: Sequence[int | None], meta: ModelMeta,
+                 pc: ParityConfig) -> dict[str, Any]:
+    """What the int8 rule of a binary model reads (``int8_*`` keys): decision agreement (all items and those
+    ``confident_margin`` from every threshold), mean / largest |calibrated score change| and, on labelled
+    items, macro-F1 / AUROC of both models (whether the rule enforces them: ``int8_metric_check``)."""
     cal, pos = meta.calibrator, meta.positive_index  # the calibration serving applies (temperature or Platt)
     s32, s8 = cal.scores(fp32_logits, pos), cal.scores(int8_logits, pos)
     ths = np.asarray(decision_thresholds(meta))
@@ -179,16 +213,6 @@ def int8_parity(fp32_logits: np.ndarray, int8_logits: np.ndarray, labels: Sequen
         "int8_confident_agreement": float(same[confident].mean()) if confident.any() else 1.0,
         "int8_mean_abs_score_change": float(shift.mean()), "int8_max_abs_score_change": float(shift.max()),
     }
-    if out["int8_confident_agreement"] < pc.min_confident_agreement:
-        raise ParityError(f"int8 decisions agree with fp32 on {out['int8_confident_agreement']:.2%} of the {out['int8_confident_items']} items "
-                          f"whose fp32 score is >= {pc.confident_margin:g} from every threshold (needs >= {pc.min_confident_agreement:.0%}): "
-                          f"int8 changes clear decisions; {remedy}",
-                          check="int8_confident_agreement", largest_difference=pc.min_confident_agreement - out["int8_confident_agreement"],
-                          tolerance=1 - pc.min_confident_agreement)
-    if out["int8_mean_abs_score_change"] > pc.max_mean_score_shift:
-        raise ParityError(f"int8 moves the calibrated score by {out['int8_mean_abs_score_change']:.4f} on average (allowed {pc.max_mean_score_shift:g}; "
-                          f"largest {out['int8_max_abs_score_change']:.3f}): {remedy}",
-                          check="int8_score_shift", largest_difference=out["int8_mean_abs_score_change"], tolerance=pc.max_mean_score_shift)
     if labels and all(lab is not None for lab in labels):
         from suffice.training.evaluation.metrics import auroc
 
@@ -196,12 +220,31 @@ def int8_parity(fp32_logits: np.ndarray, int8_logits: np.ndarray, labels: Sequen
         enforce = len(gold) >= pc.min_metric_items and len(set(gold.tolist())) == 2
         out["int8_metric_check"] = "enforced" if enforce else f"reported only (needs >= {pc.min_metric_items} labelled items of both classes)"
         for name, f in (("macro_f1", lambda s: macro_f1((s >= 0.5).astype(int), gold)), ("auroc", lambda s: auroc(s, gold))):
-            v32, v8 = float(f(s32)), float(f(s8))
-            out[f"{name}_fp32"], out[f"{name}_int8"] = v32, v8
-            if enforce and np.isfinite(v32) and np.isfinite(v8) and v32 - v8 > pc.max_metric_drop:
-                raise ParityError(f"int8 {name} {v8:.4f} is {100 * (v32 - v8):.2f} points below fp32 {v32:.4f} (allowed {100 * pc.max_metric_drop:.2f}): "
-                                  f"{remedy}", check=f"int8_{name}", largest_difference=v32 - v8, tolerance=pc.max_metric_drop)
+            out[f"{name}_fp32"], out[f"{name}_int8"] = float(f(s32)), float(f(s8))
     return out
+
+
+def int8_verdict(out: dict[str, Any], pc: ParityConfig, remedy: str = ORT_INT8_REMEDY) -> ParityError | None:
+    """The first part of the int8 rule that the numbers of :func:`int8_numbers` fail (None: the model passes),
+    checked in order: confident agreement, mean score change, macro-F1 / AUROC drop (where enforced)."""
+    if out["int8_confident_agreement"] < pc.min_confident_agreement:
+        return ParityError(f"int8 decisions agree with fp32 on {out['int8_confident_agreement']:.2%} of the {out['int8_confident_items']} items "
+                           f"whose fp32 score is >= {pc.confident_margin:g} from every threshold (needs >= {pc.min_confident_agreement:.0%}): "
+                           f"int8 changes clear decisions; {remedy}",
+                           check="int8_confident_agreement", largest_difference=pc.min_confident_agreement - out["int8_confident_agreement"],
+                           tolerance=1 - pc.min_confident_agreement)
+    if out["int8_mean_abs_score_change"] > pc.max_mean_score_shift:
+        return ParityError(f"int8 moves the calibrated score by {out['int8_mean_abs_score_change']:.4f} on average (allowed {pc.max_mean_score_shift:g}; "
+                           f"largest {out['int8_max_abs_score_change']:.3f}): {remedy}",
+                           check="int8_score_shift", largest_difference=out["int8_mean_abs_score_change"], tolerance=pc.max_mean_score_shift)
+    if out.get("int8_metric_check") == "enforced":
+        for name in ("macro_f1", "auroc"):
+            v32, v8 = out[f"{name}_fp32"], out[f"{name}_int8"]
+            if np.isfinite(v32) and np.isfinite(v8) and v32 - v8 > pc.max_metric_drop:
+                return ParityError(f"int8 {name} {v8:.4f} is {100 * (v32 - v8):.2f} points below fp32 {v32:.4f} (allowed "
+                                   f"{100 * pc.max_metric_drop:.2f}): {remedy}", check=f"int8_{name}", largest_difference=v32 - v8,
+                                   tolerance=pc.max_metric_drop)
+    return None
 
 
 def macro_f1(pred: np.ndarray, gold: np.ndarray) -> float:
