@@ -125,7 +125,7 @@ def test_refused_ort_int8_is_made_again_with_the_output_projections_in_fp32(expo
 
     model_dir, _ = exported
     seen = refuse_first(monkeypatch, 1)
-    b = export_bundle(model_dir, tmp_path / "b", validation_items(10))
+    b = export_bundle(model_dir, tmp_path / "b", validation_items(10), openvino_int8=False)
     m = read_manifest(b)
     assert len(seen) == 2 and m.int8_model_file == "model.int8.onnx" and "model.int8.onnx" in m.files
     q, first = m.parity.quantization, m.parity.int8["first_recipe"]
@@ -142,13 +142,13 @@ def test_ort_int8_refused_by_both_recipes_is_left_out_naming_both(exported, tmp_
 
     model_dir, _ = exported
     seen = refuse_first(monkeypatch, 99)
-    b, refused = export_shipping_what_passes(model_dir, tmp_path / "b", validation_items(10))
+    b, refused = export_shipping_what_passes(model_dir, tmp_path / "b", validation_items(10), openvino_int8=False)
     m = read_manifest(b)
     assert len(seen) == 2 and m.int8_model_file is None and not (b / "model.int8.onnx").exists()
     assert refused.startswith("int8_score_shift: ") and "and the first recipe's int8_score_shift: " in refused, refused
     assert m.parity.quantization is None and "fp32 kept for" in m.parity.int8["quantization"]
     with pytest.raises(ParityError, match="int8 moves the calibrated score"):  # not optional: the second refusal raises
-        export_bundle(model_dir, tmp_path / "b2", validation_items(10))
+        export_bundle(model_dir, tmp_path / "b2", validation_items(10), openvino_int8=False, probe_items=0)
     assert not (tmp_path / "b2").exists()
 
 
