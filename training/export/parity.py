@@ -19,6 +19,8 @@ from suffice.serving.bundle import MODEL_FP32, MODEL_INT8
 from suffice.training.export.errors import ParityConfig, ParityError
 from suffice.training.fit.meta import ModelMeta
 
+ORT_INT8_REMEDY = "leave ONNX Runtime int8 out with --no-quantize"
+
 
 def session(path: Path):
     import onnxruntime as ort
@@ -99,19 +101,24 @@ def check_parity(merged: Path, bundle: Path, packed: Sequence[Any], pad_id: int,
 
 def ort_int8_rule(path: Path, batches: Sequence[dict[str, np.ndarray]], fp32_all: np.ndarray, labels: Sequence[int | None],
                   meta: ModelMeta, pc: ParityConfig) -> tuple[dict[str, Any], ParityError | None]:
-    """The int8 rule for an ONNX Runtime int8 model against the fp32 logits ``fp32_all`` of the same batches:
-    (its numbers without the ``int8_`` prefix, measured whether it passes or not; the :class:`ParityError`
-    that refuses it, or None)."""
-    int8_all = onnx_logits(session(path), batches)
+    """:func:`int8_rule` for the ONNX Runtime int8 model at ``path``, run on the batches ``fp32_all`` was scored on."""
+    return int8_rule(fp32_all, onnx_logits(session(path), batches), labels, meta, pc)
+
+
+def int8_rule(fp32_all: np.ndarray, int8_all: np.ndarray, labels: Sequence[int | None], meta: ModelMeta, pc: ParityConfig,
+              remedy: str = ORT_INT8_REMEDY) -> tuple[dict[str, Any], ParityError | None]:
+    """The int8 rule for any int8 variant's logits against fp32's: (its numbers without the ``int8_`` prefix,
+    measured whether it passes or not; the :class:`ParityError` that refuses it, or None). Binary models:
+    :func:`int8_numbers` and :func:`int8_verdict`; more labels: argmax agreement >= ``min_agreement``."""
     numbers: dict[str, Any] = {"items": int(len(int8_all)), "max_abs_logit_diff": float(np.abs(int8_all - fp32_all).max())}
     if len(meta.id2label) == 2:
         rep = int8_numbers(fp32_all, int8_all, labels, meta, pc)
-        refused = int8_verdict(rep, pc)
+        refused = int8_verdict(rep, pc, remedy)
     else:
         rep = {"int8_agreement": float((fp32_all.argmax(1) == int8_all.argmax(1)).mean())}
         refused = None if rep["int8_agreement"] >= pc.min_agreement else ParityError(
             f"int8 decisions agree with fp32 on {rep['int8_agreement']:.2%} of {len(int8_all)} items (needs >= {pc.min_agreement:.0%}); "
-            f"largest logit difference {numbers['max_abs_logit_diff']:.3g}: {ORT_INT8_REMEDY}",
+            f"largest logit difference {numbers['max_abs_logit_diff']:.3g}: {remedy}",
             check="int8_agreement", largest_difference=pc.min_agreement - rep["int8_agreement"], tolerance=1 - pc.min_agreement)
     numbers.update({k[len("int8_"):] if k.startswith("int8_") else k: v for k, v in rep.items()})
     return numbers, refused
@@ -141,21 +148,9 @@ def _openvino_rule(path: Path, hint: str | None, batches: Sequence[dict[str, np.
     from suffice.serving.backends import OpenVinoEngine
 
     engine = OpenVinoEngine(path, "int8", hint=hint)
-    ov_all = np.concatenate([engine.run(b) for b in batches])
-    out: dict[str, Any] = {"items": int(len(ov_all)), "max_abs_logit_diff": float(np.abs(ov_all - fp32_all).max())}
-    try:
-        if len(meta.id2label) == 2:
-            rep = int8_parity(fp32_all, ov_all, labels, meta, pc, remedy="not used by serving" if hint else "left out of the bundle")
-        else:
-            rep = {"int8_agreement": float((fp32_all.argmax(1) == ov_all.argmax(1)).mean())}
-            if rep["int8_agreement"] < pc.min_agreement:
-                raise ParityError(f"OpenVINO int8 decisions agree with fp32 on {rep['int8_agreement']:.2%} (needs >= {pc.min_agreement:.0%})",
-                                  check="int8_agreement", largest_difference=pc.min_agreement - rep["int8_agreement"],
-                                  tolerance=1 - pc.min_agreement)
-        out.update({k.replace("int8_", "", 1) if k.startswith("int8_") else k: v for k, v in rep.items()}, passed=True)
-    except ParityError as e:
-        out.update(passed=False, refused=f"{e.check}: {e}")
-    return out
+    numbers, refused = int8_rule(fp32_all, np.concatenate([engine.run(b) for b in batches]), labels, meta, pc,
+                                 remedy="not used by serving" if hint else "left out of the bundle")
+    return {**numbers, "passed": refused is None, **({"refused": f"{refused.check}: {refused}"} if refused is not None else {})}
 
 
 def check_roundtrip(bundle: Path, packed: Sequence[Any], fp32_par: np.ndarray, pc: ParityConfig) -> float:
@@ -176,9 +171,6 @@ def decision_thresholds(meta: ModelMeta) -> list[float]:
     """The thresholds a binary model's calibrated score is read against: the stored ones and the 0.5 decision."""
     values = {0.5, *(float(v) for v in (meta.thresholds or {}).values() if isinstance(v, (int, float)) and 0 < float(v) < 1)}
     return sorted(values)
-
-
-ORT_INT8_REMEDY = "leave ONNX Runtime int8 out with --no-quantize"
 
 
 def int8_parity(fp32_logits: np.ndarray, int8_logits: np.ndarray, labels: Sequence[int | None], meta: ModelMeta,
