@@ -374,3 +374,15 @@ def test_encoder_layers_keeps_the_lowest_layers(tiny_bert, tmp_path):
     run(tiny_config(tiny_bert, tmp_path / "m", "--encoder_layers=1", "--tracking.enabled=false", "--evaluate_test=false",
                     "--num_train_epochs=1"))
     assert AutoConfig.from_pretrained(tmp_path / "m").num_hidden_layers == 1
+
+
+def test_data_overrides_are_kept_typed_as_checked():
+    """A mapping given on the command line (``--data.max_train_per_source={qed: 4000}``) is saved and printed
+    as the mapping the run uses, not as the string the shell passed; the YAML keys the user did not name stay out."""
+    from suffice.serving.config import dump_yaml
+
+    cfg = build_train_config(Path(__file__).parents[1] / "configs" / "reading.yaml",
+                             ["--data.max_train_per_source={qed: 4000}", "--data.seed=7", "--data.data_dir=/nonexistent"])
+    assert cfg.data["max_train_per_source"] == {"qed": 4000}
+    assert cfg.data["seed"] == 7 and "variant_rules" not in cfg.data
+    assert "max_train_per_source:\n    qed: 4000" in dump_yaml(cfg)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Literal, Sequence
 
 from suffice.serving.bundle import TASK_SPECS
-from suffice.serving.config import ConfigError, build_config, config_from_dict
+from suffice.serving.config import ConfigError, build_config, config_from_dict, config_to_dict
 # calibration.* lives next to the code that fits it; re-exported here with the other sections
 from suffice.training.fit.calibration import CalibrationSettings
 
@@ -385,7 +385,11 @@ class TrainConfig:
                               f"{self.per_device_train_batch_size}: a unit must fit one batch; lower contrast.unit_size")
         self.calibration.check_label_scheme(self.label_scheme)
         if self.task == "sufficiency" and not self.train_file:
-            self.data_config()  # validate the data section now, not an hour into the run
+            checked = self.data_config()  # validate the data section now, not an hour into the run
+            # keep the keys given, typed as checked: --data.max_train_per_source={qed: 4000} is saved (and
+            # printed) as a mapping, not as the string the command line held
+            typed, aliases = config_to_dict(checked), getattr(type(checked), "CONFIG_KEY_ALIASES", {})
+            self.data = {aliases.get(k, k): typed[aliases.get(k, k)] for k in self.data}
 
     # -- derived ---------------------------------------------------------------------------
     @property
