@@ -67,3 +67,75 @@ def test_killed_run_resumes_to_the_same_model(tiny_bert, tmp_path, monkeypatch):
 def test_resume_without_a_checkpoint_names_the_fix(tiny_bert, tmp_path):
     with pytest.raises(ConfigError, match="holds no complete checkpoint"):
         run(cfg_for(tiny_bert, tmp_path / "empty", "--resume", "--tracking.enabled=false"))
+
+
+def test_time_budget_fits_the_plan_and_a_resumed_run_keeps_it(tiny_bert, tmp_path, monkeypatch):
+    """``max_train_minutes``: after the probe steps the loop plans what fits (here: a budget already spent,
+    so one more step), ends the learning-rate schedule there, stores the plan in the checkpoints, and a run
+    killed after the plan resumes to the same step count and the same weights."""
+    import torch
+    from safetensors.torch import load_file
+
+    monkeypatch.setattr(train_mod, "BUDGET_PROBE_STEPS", 2)
+    budget = ("--max_train_minutes=1e-6", "--tracking.enabled=false")
+    ref = run(cfg_for(tiny_bert, tmp_path / "ref", *budget))  # 3 steps per epoch, 2 epochs planned: 6 steps
+    assert [h["epoch"] for h in ref["history"]] == [1]  # the plan (3 steps) ends with epoch 1
+    last = sorted((tmp_path / "ref" / "checkpoints").glob("step-*"))[-1]
+    state = json.loads((last / "trainer_state.json").read_text())
+    assert state["global_step"] == 3 and state["planned_steps"] == 3
+    sched = torch.load(last / "scheduler.bin", weights_only=False)
+    assert sched["_last_lr"][0] == pytest.approx(0.0, abs=1e-12)  # the linear schedule ended at the plan's last step
+
+    full = run(cfg_for(tiny_bert, tmp_path / "nobudget", "--tracking.enabled=false"))
+    assert [h["epoch"] for h in full["history"]] == [1, 2]  # no budget: the whole plan
+
+    real_save = train_mod.Checkpoints.save
+
+    def save_then_die(self, accelerator, state):
+        path = real_save(self, accelerator, state)
+        if state.global_step == 2 and state.planned_steps is not None:
+            raise RuntimeError("simulated kill")
+        return path
+
+    monkeypatch.setattr(train_mod.Checkpoints, "save", save_then_die)
+    out = tmp_path / "killed"
+    with pytest.raises(RuntimeError, match="simulated kill"):
+        run(cfg_for(tiny_bert, out, *budget))
+    monkeypatch.setattr(train_mod.Checkpoints, "save", real_save)
+    monkeypatch.setattr(train_mod, "budget_steps", lambda *a, **k: pytest.fail("a resumed run must keep its plan"))
+    resumed = run(cfg_for(tiny_bert, out, *budget, "--resume"))
+    assert [h["epoch"] for h in resumed["history"]] == [1]
+    a, b = load_file(tmp_path / "ref" / "model.safetensors"), load_file(out / "model.safetensors")
+    worst = max(float((a[k] - b[k]).abs().max()) for k in a)
+    assert worst < 1e-5, f"resumed weights differ from the uninterrupted budgeted run by {worst}"
+
+
+def test_max_train_minutes_must_be_a_budget(tiny_bert, tmp_path):
+    with pytest.raises(ConfigError, match="max_train_minutes=-1.0 must be a finite number"):
+        cfg_for(tiny_bert, tmp_path, "--max_train_minutes=-1")
+
+
+def test_a_run_killed_in_its_first_epoch_resumes_exactly(tiny_bert, tmp_path, monkeypatch):
+    """Killed after step 1 of 3 in epoch 1 (before any validation pass): the resumed run draws the same dropout
+    masks for the remaining steps (each batch seeds its own, :func:`~suffice.training.fit.loop.batch_seed`)."""
+    from safetensors.torch import load_file
+
+    ref = run(cfg_for(tiny_bert, tmp_path / "ref", "--tracking.enabled=false"))
+    real_save = train_mod.Checkpoints.save
+
+    def save_then_die(self, accelerator, state):
+        path = real_save(self, accelerator, state)
+        if state.global_step == 1:
+            raise RuntimeError("simulated kill")
+        return path
+
+    monkeypatch.setattr(train_mod.Checkpoints, "save", save_then_die)
+    out = tmp_path / "killed"
+    with pytest.raises(RuntimeError, match="simulated kill"):
+        run(cfg_for(tiny_bert, out, "--tracking.enabled=false"))
+    monkeypatch.setattr(train_mod.Checkpoints, "save", real_save)
+    resumed = run(cfg_for(tiny_bert, out, "--tracking.enabled=false", "--resume"))
+    assert [h["epoch"] for h in resumed["history"]] == [h["epoch"] for h in ref["history"]] == [1, 2]
+    a, b = load_file(tmp_path / "ref" / "model.safetensors"), load_file(out / "model.safetensors")
+    worst = max(float((a[k] - b[k]).abs().max()) for k in a)
+    assert worst < 1e-5, f"resumed weights differ from the uninterrupted run by {worst}"

@@ -219,6 +219,12 @@ class TrainConfig:
         initialised head moving in the first steps (default: 10 x learning_rate for LoRA, else equal).
     weight_decay / warmup_ratio / lr_scheduler / max_grad_norm: the usual.
     num_train_epochs / max_steps: optimiser steps = max_steps if > 0, else epochs x steps per epoch.
+    max_train_minutes: a wall-clock budget for the training steps and their validation passes (0 =
+        none). After the first steps the loop measures the seconds per step and, when the planned steps
+        would not fit, plans fewer and fits the learning-rate schedule to them (the rate still decays
+        to its end value at the last step): the same config finishes in time on a slow CPU and trains
+        fully on a fast one. Data preparation, calibration, test and export come on top. The plan is
+        stored with the checkpoints, so ``--resume`` keeps it.
     class_weighting: ``balanced`` weights each example's loss by N / (K x n_class), ``none`` does not.
     early_stopping_metric / early_stopping_patience: validation metric checked after every
         epoch; training stops after ``patience`` epochs without improvement and the best
@@ -281,6 +287,7 @@ class TrainConfig:
     max_grad_norm: float = 1.0
     num_train_epochs: int = 2
     max_steps: int = 0
+    max_train_minutes: float = 0.0
     class_weighting: Literal["balanced", "none"] = "balanced"
     early_stopping_metric: Literal["macro_f1", "auroc", "loss", "source_macro_f1", "source_auroc"] = "macro_f1"
     early_stopping_patience: int = 2
@@ -324,6 +331,8 @@ class TrainConfig:
             )
         if not 0.0 <= self.warmup_ratio < 1.0:
             raise ConfigError(f"warmup_ratio={self.warmup_ratio} must be in [0, 1) (0.06 is usual)")
+        if not (math.isfinite(self.max_train_minutes) and self.max_train_minutes >= 0):
+            raise ConfigError(f"max_train_minutes={self.max_train_minutes} must be a finite number of minutes >= 0 (0 = no budget)")
         if self.num_train_epochs < 1 and self.max_steps < 1:
             raise ConfigError(
                 f"num_train_epochs={self.num_train_epochs} and max_steps={self.max_steps}: give at least one epoch or a step count"

@@ -13,6 +13,7 @@ import math
 import shutil
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -24,6 +25,10 @@ from suffice.training.fit.features import TrainingFeature, needs_hidden_states
 
 STATE_FILE = "trainer_state.json"
 BEST_FILE = "best-trainable.safetensors"
+BUDGET_PROBE_STEPS = 20
+"""Optimiser steps timed before a run with ``max_train_minutes`` fits its plan to the budget (:func:`fit_to_budget`)."""
+EVAL_COST = 1 / 3
+"""A validation example's cost relative to a training example's (a forward pass of the three a step makes)."""
 
 
 def predict(accelerator, model, dataloader) -> tuple[np.ndarray, np.ndarray]:
@@ -61,6 +66,7 @@ class TrainState:
     stopped_early: bool = False
     history: list[dict[str, float]] = field(default_factory=list)
     mlflow_run_id: str | None = None
+    planned_steps: int | None = None  # the step count fitted to max_train_minutes (None: not fitted yet, or no budget)
 
     @classmethod
     def load(cls, path: Path) -> "TrainState":
@@ -142,6 +148,80 @@ class TrainingRun:
     n_params: tuple[int, int] = (0, 0)
     resumed: bool = False
     commit: str | None = None
+    clock: tuple[float, int] | None = None  # (time, global step) when this process started training: the budget's probe
+
+
+def fit_schedule(scheduler, total_steps: int, warmup_ratio: float, num_processes: int = 1) -> None:
+    """Point the learning-rate schedule's horizon at ``total_steps`` optimiser steps (warm-up:
+    ``warmup_ratio`` of them), keeping where it is. transformers' schedules are ``LambdaLR`` over
+    ``functools.partial`` lambdas with ``num_training_steps``; a constant schedule has no horizon.
+    The prepared scheduler steps once per process, as in :func:`suffice.training.fit.run.model_and_optimizer`."""
+    inner = getattr(scheduler, "scheduler", scheduler)
+    n = total_steps * num_processes
+    inner.lr_lambdas = [
+        partial(lam.func, **{**lam.keywords, "num_training_steps": n, "num_warmup_steps": int(warmup_ratio * n)})
+        if isinstance(lam, partial) and "num_training_steps" in lam.keywords else lam
+        for lam in inner.lr_lambdas]
+
+
+def budget_steps(budget_s: float, elapsed_s: float, step_s: float, global_step: int, epochs_left: int, val_rows: int,
+                 examples_per_step: int) -> int:
+    """The optimiser steps a run can take in all: those done plus what the rest of ``budget_s`` buys at
+    ``step_s`` seconds a step, after the validation passes still to come (``epochs_left`` of ``val_rows``
+    rows, each row :data:`EVAL_COST` of a training example).
+
+    >>> budget_steps(600, elapsed_s=30, step_s=1.5, global_step=20, epochs_left=1, val_rows=320, examples_per_step=32)
+    396
+    """
+    eval_s = epochs_left * val_rows * EVAL_COST * step_s / max(examples_per_step, 1)
+    return global_step + max(int((budget_s - elapsed_s - eval_s) / step_s), 1)
+
+
+def fit_to_budget(run: TrainingRun, progress=None) -> None:
+    """With ``max_train_minutes``: once :data:`BUDGET_PROBE_STEPS` steps are timed, plan the steps that
+    fit the budget and, if fewer than planned, stop there with the schedule fitted to them; the plan is
+    kept in the state (and so in every checkpoint). A resumed run keeps its plan."""
+    cfg, state = run.cfg, run.state
+    if not cfg.max_train_minutes or state.planned_steps is not None or run.clock is None:
+        return
+    t0, step0 = run.clock
+    done = state.global_step - step0
+    if done < min(BUDGET_PROBE_STEPS, run.total_steps):
+        return
+    elapsed = time.perf_counter() - t0
+    step_s = elapsed / done
+    val_rows = len(run.encoded["validation"]) if run.encoded.get("validation") is not None else 0
+    fits = budget_steps(cfg.max_train_minutes * 60, elapsed, step_s, state.global_step, run.num_epochs - state.epoch, val_rows,
+                        cfg.effective_batch_size(run.accelerator.num_processes))
+    planned = run.total_steps
+    if run.accelerator.num_processes > 1:  # one plan for every process (each timed its own steps)
+        from accelerate.utils import broadcast_object_list
+
+        fits, step_s = broadcast_object_list([fits, step_s])
+    state.planned_steps = min(planned, fits)
+    if state.planned_steps < planned:
+        apply_plan(run)
+    run.tracker.log_metrics({"budget_planned_steps": float(planned), "budget_fitted_steps": float(state.planned_steps),
+                             "budget_seconds_per_step": step_s}, step=state.global_step)
+    if progress is not None and run.accelerator.is_main_process:
+        examples = state.planned_steps * cfg.effective_batch_size(run.accelerator.num_processes)
+        progress.write(f"time budget {cfg.max_train_minutes:g} min at {step_s:.2f} s/step: "
+                       + (f"{state.planned_steps} of the {planned} planned steps fit (~{examples:,} examples); "
+                          "the learning-rate schedule now ends there" if state.planned_steps < planned
+                          else f"all {planned} planned steps fit"))
+        if state.planned_steps < planned:
+            progress.total = state.planned_steps
+            progress.refresh()
+
+
+def apply_plan(run: TrainingRun) -> None:
+    """Train ``run.state.planned_steps`` steps (a budget's plan, fitted or restored on resume)."""
+    steps = run.state.planned_steps
+    if steps is None or steps >= run.total_steps:
+        return
+    run.total_steps = steps
+    run.num_epochs = math.ceil(steps / run.steps_per_epoch)
+    fit_schedule(run.scheduler, steps, run.cfg.warmup_ratio, run.accelerator.num_processes)
 
 
 def improved(cfg: TrainConfig, value: float, best: float | None) -> bool:
@@ -191,6 +271,8 @@ def train(run: TrainingRun) -> np.ndarray | None:
                     dynamic_ncols=True)
     resumed_mid_epoch = state.batch_in_epoch > 0
     best_logits = None
+    run.clock = (time.perf_counter(), state.global_step)
+    apply_plan(run)  # a resumed run keeps the plan it fitted to its time budget
     for epoch in range(state.epoch, run.num_epochs):
         run.model.train()
         train_dl.set_epoch(epoch)
@@ -225,6 +307,15 @@ def batch_loss(model, batch, weight_t, features: Sequence[TrainingFeature] = ())
     return loss
 
 
+def batch_seed(seed: int, epoch: int, batch: int, process: int = 0) -> int:
+    """The torch seed of one training batch (its dropout masks), from where it sits in the run.
+
+    >>> batch_seed(42, 0, 0) != batch_seed(42, 0, 1) != batch_seed(42, 1, 0)
+    True
+    """
+    return (((seed * 1_000_003 + epoch) * 1_000_003 + batch) * 1_009 + process) % (2**63 - 1)
+
+
 def train_epoch(run: TrainingRun, loader, weight_t, epoch: int, progress) -> tuple[int, float]:
     """One pass over ``loader`` (stopping at ``run.total_steps``); returns (examples seen, start time)."""
     import torch
@@ -233,6 +324,9 @@ def train_epoch(run: TrainingRun, loader, weight_t, epoch: int, progress) -> tup
     optimizer, scheduler, batches_per_epoch = run.optimizer, run.scheduler, len(run.loaders.train)
     run_loss, run_n, seen, t0 = 0.0, 0, 0, time.perf_counter()
     for batch in loader:
+        # dropout draws from a seed of this batch's place, not from wherever the RNG stream got to: a run
+        # resumed mid-epoch (whose loaders and validation drew differently) trains the same steps
+        torch.manual_seed(batch_seed(cfg.seed, epoch, state.batch_in_epoch, accelerator.process_index))
         with accelerator.accumulate(model):
             loss = batch_loss(model, batch, weight_t, run.features)
             accelerator.backward(loss)
@@ -248,6 +342,7 @@ def train_epoch(run: TrainingRun, loader, weight_t, epoch: int, progress) -> tup
         if not accelerator.sync_gradients:
             continue
         state.global_step += 1
+        fit_to_budget(run, progress)
         rate = seen / max(time.perf_counter() - t0, 1e-9)
         progress.update(1)
         progress.set_postfix(epoch=epoch + 1, loss=f"{run_loss / run_n:.4f}", ex_s=f"{rate:.1f}")
