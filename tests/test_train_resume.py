@@ -139,3 +139,32 @@ def test_a_run_killed_in_its_first_epoch_resumes_exactly(tiny_bert, tmp_path, mo
     a, b = load_file(tmp_path / "ref" / "model.safetensors"), load_file(out / "model.safetensors")
     worst = max(float((a[k] - b[k]).abs().max()) for k in a)
     assert worst < 1e-5, f"resumed weights differ from the uninterrupted run by {worst}"
+
+
+def test_time_budget_stops_at_the_deadline_when_the_steps_slow_down(tiny_bert, tmp_path, monkeypatch):
+    """The plan fitted (every step fits), then the machine gets busy: training stops once the budget is spent."""
+    import time as real_time
+
+    class Clock:  # the loop's clock; jumps 10 minutes after step 3 (as a busy machine would stretch the steps)
+        offset = 0.0
+
+        @staticmethod
+        def perf_counter():
+            return real_time.perf_counter() + Clock.offset
+
+    monkeypatch.setattr(train_mod, "time", Clock)
+    monkeypatch.setattr(train_mod, "BUDGET_PROBE_STEPS", 2)
+    real_save = train_mod.Checkpoints.save
+
+    def save(self, accelerator, state):
+        if state.global_step == 3:
+            Clock.offset += 600.0
+        return real_save(self, accelerator, state)
+
+    monkeypatch.setattr(train_mod.Checkpoints, "save", save)
+    out = tmp_path / "busy"
+    summary = run(cfg_for(tiny_bert, out, "--max_train_minutes=5", "--tracking.enabled=false"))
+    last = sorted((out / "checkpoints").glob("step-*"))[-1]
+    state = json.loads((last / "trainer_state.json").read_text())
+    assert state["global_step"] == 4 and state["planned_steps"] == 4  # checked at step 4 (every 2 steps), of 6 planned
+    assert [h["epoch"] for h in summary["history"]] == [1, 2]

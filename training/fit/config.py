@@ -223,7 +223,8 @@ class TrainConfig:
         none). After the first steps the loop measures the seconds per step and, when the planned steps
         would not fit, plans fewer and fits the learning-rate schedule to them (the rate still decays
         to its end value at the last step): the same config finishes in time on a slow CPU and trains
-        fully on a fast one. Data preparation, calibration, test and export come on top. The plan is
+        fully on a fast one; steps that slow down after the plan (a busy machine) still stop when the
+        budget is spent. Data preparation, calibration, test and export come on top. The plan is
         stored with the checkpoints, so ``--resume`` keeps it.
     class_weighting: ``balanced`` weights each example's loss by N / (K x n_class), ``none`` does not.
     early_stopping_metric / early_stopping_patience: validation metric checked after every
