@@ -182,26 +182,38 @@ def fit_to_budget(run: TrainingRun, progress=None) -> None:
     fit the budget and, if fewer than planned, stop there with the schedule fitted to them; the plan is
     kept in the state (and so in every checkpoint). A resumed run keeps its plan. Should the steps slow
     down after the plan (a busy machine), training still stops when the budget is spent."""
-    cfg, state = run.cfg, run.state
-    if not cfg.max_train_minutes or run.clock is None:
+    if not run.cfg.max_train_minutes or run.clock is None:
         return
-    t0, step0 = run.clock
-    if state.planned_steps is not None:  # planned: stop at the deadline even so (the machine got busy)
-        if state.global_step >= run.total_steps or state.global_step % BUDGET_PROBE_STEPS:
-            return  # checked every BUDGET_PROBE_STEPS steps, where every process checks
-        over = time.perf_counter() - t0 > cfg.max_train_minutes * 60
-        if run.accelerator.num_processes > 1:  # the main process's clock decides for all
-            from accelerate.utils import broadcast_object_list
+    if run.state.planned_steps is None:
+        plan_to_budget(run, progress)
+    else:
+        stop_when_spent(run, progress)
 
-            over = broadcast_object_list([over])[0]
-        if over:
-            stop_at = state.global_step
-            state.planned_steps = run.total_steps = stop_at
-            run.num_epochs = math.ceil(stop_at / run.steps_per_epoch)
-            run.tracker.log_metrics({"budget_fitted_steps": float(stop_at)}, step=stop_at)
-            if progress is not None and run.accelerator.is_main_process:
-                progress.write(f"time budget {cfg.max_train_minutes:g} min spent at step {stop_at}: training stops here")
+
+def stop_when_spent(run: TrainingRun, progress=None) -> None:
+    """After the plan: end training at this step when the budget is spent (checked every
+    :data:`BUDGET_PROBE_STEPS` steps, where every process checks; the main process's clock decides)."""
+    cfg, state = run.cfg, run.state
+    if state.global_step >= run.total_steps or state.global_step % BUDGET_PROBE_STEPS:
         return
+    over = time.perf_counter() - run.clock[0] > cfg.max_train_minutes * 60
+    if run.accelerator.num_processes > 1:
+        from accelerate.utils import broadcast_object_list
+
+        over = broadcast_object_list([over])[0]
+    if not over:
+        return
+    state.planned_steps = run.total_steps = state.global_step
+    run.num_epochs = math.ceil(state.global_step / run.steps_per_epoch)
+    run.tracker.log_metrics({"budget_fitted_steps": float(state.global_step)}, step=state.global_step)
+    if progress is not None and run.accelerator.is_main_process:
+        progress.write(f"time budget {cfg.max_train_minutes:g} min spent at step {state.global_step}: training stops here")
+
+
+def plan_to_budget(run: TrainingRun, progress=None) -> None:
+    """Once :data:`BUDGET_PROBE_STEPS` steps are timed: the steps that fit the budget become the plan."""
+    cfg, state = run.cfg, run.state
+    t0, step0 = run.clock
     done = state.global_step - step0
     if done < min(BUDGET_PROBE_STEPS, run.total_steps):
         return
