@@ -164,16 +164,15 @@ def fit_schedule(scheduler, total_steps: int, warmup_ratio: float, num_processes
         for lam in inner.lr_lambdas]
 
 
-def budget_steps(budget_s: float, elapsed_s: float, step_s: float, global_step: int, epochs_left: int, val_rows: int,
-                 examples_per_step: int) -> int:
+def budget_steps(budget_s: float, elapsed_s: float, step_s: float, global_step: int, eval_rows: int, examples_per_step: int) -> int:
     """The optimiser steps a run can take in all: those done plus what the rest of ``budget_s`` buys at
-    ``step_s`` seconds a step, after the validation passes still to come (``epochs_left`` of ``val_rows``
-    rows, each row :data:`EVAL_COST` of a training example).
+    ``step_s`` seconds a step, after the validation passes still to come (``eval_rows`` rows in all,
+    each :data:`EVAL_COST` of a training example).
 
-    >>> budget_steps(600, elapsed_s=30, step_s=1.5, global_step=20, epochs_left=1, val_rows=320, examples_per_step=32)
+    >>> budget_steps(600, elapsed_s=30, step_s=1.5, global_step=20, eval_rows=320, examples_per_step=32)
     396
     """
-    eval_s = epochs_left * val_rows * EVAL_COST * step_s / max(examples_per_step, 1)
+    eval_s = eval_rows * EVAL_COST * step_s / max(examples_per_step, 1)
     return global_step + max(int((budget_s - elapsed_s - eval_s) / step_s), 1)
 
 
@@ -220,7 +219,7 @@ def plan_to_budget(run: TrainingRun, progress=None) -> None:
     elapsed = time.perf_counter() - t0
     step_s = elapsed / done
     val_rows = len(run.encoded["validation"]) if run.encoded.get("validation") is not None else 0
-    fits = budget_steps(cfg.max_train_minutes * 60, elapsed, step_s, state.global_step, run.num_epochs - state.epoch, val_rows,
+    fits = budget_steps(cfg.max_train_minutes * 60, elapsed, step_s, state.global_step, (run.num_epochs - state.epoch) * val_rows,
                         cfg.effective_batch_size(run.accelerator.num_processes))
     planned = run.total_steps
     if run.accelerator.num_processes > 1:  # one plan for every process (each timed its own steps)
