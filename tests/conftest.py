@@ -38,6 +38,18 @@ def _isolate(tmp_path, monkeypatch):
     monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
     (tmp_path / "mlruns").mkdir(exist_ok=True)
     yield
+    _reset_accelerate()
+
+
+def _reset_accelerate() -> None:
+    """Forget accelerate's process-wide state, as a new ``accelerate launch`` would: a test that trains in fp32
+    must not fix the precision of the next test's run (accelerate's own tests reset it the same way)."""
+    import sys
+
+    if "accelerate.state" in sys.modules:
+        from accelerate.state import AcceleratorState
+
+        AcceleratorState._reset_state(reset_partial_state=True)
 
 
 @pytest.fixture(scope="session")

@@ -31,9 +31,6 @@ def model(tiny_bert_dir, tmp_path_factory):
             # fp32 as evaluate scores: with bf16 autocast (auto on AVX512-BF16 / AMX CPUs) training's own test
             # pass differs from evaluate's fp32 one in the 6th decimal, which is not what these tests check
             "--mixed_precision=no"]))
-    from accelerate.state import AcceleratorState
-
-    AcceleratorState._reset_state(reset_partial_state=True)  # accelerate's own tests do this: later runs pick their precision
     return root / "model", env
 
 
