@@ -1,6 +1,13 @@
 """Post-hoc: does the extractive-QA head's SQuAD 2.0 "null vs best span" score separate sufficient from not
 better than the classifier? Loads one checkpoint (encoder + classifier in model.safetensors, span layer in
-model_1.safetensors: both from the same step), packs the prepared rows as training does, scores both."""
+model_1.safetensors: both from the same step), packs the prepared rows as training does, scores both.
+
+    python benchmarks/span_null_eval.py CHECKPOINT PREPARED_DATA base [SPLITS=validation] [LIMIT=0]
+    python benchmarks/span_null_eval.py models/reading-span100k/checkpoints/step-0002402 data/reading base validation
+
+For a run of configs/reading.yaml with --span.loss_weight > 0 (window 192, select packing, all-MiniLM-L6-v2
+config; the third argument names a model directory with that config, or ``base``). Only the real sources
+(not ``*-synthetic``) are scored. Record: benchmarks/results/2026-12-04/reading-span-scale-vnni.md."""
 import sys, json, time
 import numpy as np, torch
 from datasets import load_from_disk
