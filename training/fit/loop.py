@@ -195,15 +195,11 @@ def stop_when_spent(run: TrainingRun, progress=None) -> None:
     cfg, state = run.cfg, run.state
     if state.global_step >= run.total_steps or state.global_step % BUDGET_PROBE_STEPS:
         return
-    over = time.perf_counter() - run.clock[0] > cfg.max_train_minutes * 60
-    if run.accelerator.num_processes > 1:
-        from accelerate.utils import broadcast_object_list
-
-        over = broadcast_object_list([over])[0]
+    (over,) = main_process_values(run, time.perf_counter() - run.clock[0] > cfg.max_train_minutes * 60)
     if not over:
         return
-    state.planned_steps = run.total_steps = state.global_step
-    run.num_epochs = math.ceil(state.global_step / run.steps_per_epoch)
+    state.planned_steps = state.global_step
+    apply_plan(run)
     run.tracker.log_metrics({"budget_fitted_steps": float(state.global_step)}, step=state.global_step)
     if progress is not None and run.accelerator.is_main_process:
         progress.write(f"time budget {cfg.max_train_minutes:g} min spent at step {state.global_step}: training stops here")
@@ -222,10 +218,7 @@ def plan_to_budget(run: TrainingRun, progress=None) -> None:
     fits = budget_steps(cfg.max_train_minutes * 60, elapsed, step_s, state.global_step, (run.num_epochs - state.epoch) * val_rows,
                         cfg.effective_batch_size(run.accelerator.num_processes))
     planned = run.total_steps
-    if run.accelerator.num_processes > 1:  # one plan for every process (each timed its own steps)
-        from accelerate.utils import broadcast_object_list
-
-        fits, step_s = broadcast_object_list([fits, step_s])
+    fits, step_s = main_process_values(run, fits, step_s)  # one plan for every process (each timed its own steps)
     state.planned_steps = min(planned, fits)
     if state.planned_steps < planned:
         apply_plan(run)
@@ -240,6 +233,15 @@ def plan_to_budget(run: TrainingRun, progress=None) -> None:
         if state.planned_steps < planned:
             progress.total = state.planned_steps
             progress.refresh()
+
+
+def main_process_values(run: TrainingRun, *values: Any) -> list[Any]:
+    """``values`` as the main process has them, on every process (each process calls this at the same step)."""
+    if run.accelerator.num_processes == 1:
+        return list(values)
+    from accelerate.utils import broadcast_object_list
+
+    return broadcast_object_list(list(values))
 
 
 def apply_plan(run: TrainingRun) -> None:
