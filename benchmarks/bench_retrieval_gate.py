@@ -50,6 +50,7 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
 SPLITS = ("opening_message", "domains")
+OTHER_WRITERS = REPO / "benchmarks" / "data" / "gate-other-writers"  # hand-written threads of other writers (issue 33)
 
 FRUIT_THREAD = [
     {"role": "user", "content": "What fruit do you have and what do they cost?"},
@@ -133,7 +134,8 @@ def split_threads(cfg, split: str, pairs: str | Path | None = None) -> dict[str,
     from suffice.training.paths import data_dir
 
     path = Path(cfg.gate.path) if cfg.gate.path else data_dir() / "retrieval-gate" / "train.jsonl"
-    return gate_splits(path, split, cfg.seed, cfg.gate.test_fraction, cfg.gate.validation_fraction, pairs or cfg.gate.pairs_path)
+    return gate_splits(path, split, cfg.seed, cfg.gate.test_fraction, cfg.gate.validation_fraction, pairs or cfg.gate.pairs_path,
+                       cfg.gate.extra_paths)
 
 
 def category_table(rows: list[dict], y: np.ndarray, predictions: dict[str, np.ndarray]) -> dict[str, dict]:
@@ -197,6 +199,10 @@ def evaluate_split(gates: dict, split: dict[str, list[dict]], min_precision: flo
         q["auroc"] = auroc(scores, y)
         q["fail_open_count"] = sum(d.score is None for d in decisions)
         q["accuracy_by_category"] = {k: v[precision] for k, v in category_table(rows, y, {precision: pred}).items()}
+        origins = sorted({r.get("origin", "") for r in rows})
+        if len(origins) > 1:  # the teacher's files and gate.extra_paths' writers, each on its own held-out domains
+            q["by_origin"] = {o: gate_quality(pred[sel], y[sel]) for o in origins
+                              if (sel := np.asarray([r.get("origin", "") == o for r in rows])).any()}
         out[precision] = q
         table_preds[f"{precision}@stored"], table_preds[f"{precision}@0.5"] = pred, pred05
         pairs[f"{precision}@stored"], pairs[f"{precision}@0.5"] = pair_accuracy(rows, y, pred), pair_accuracy(rows, y, pred05)
@@ -257,16 +263,24 @@ def style_results(gate, rows: list[dict], styles: list[str], min_precision: floa
     pooled: each at the stored threshold (the shipped ``decide``, OOD and search guards on), the threshold that would
     give ``min_precision`` SKIP precision on that set, and ``combinations`` of the model (guard off) with
     the OOD guard, the referent veto and (``scorer``) the sufficiency second opinion at ``suff_threshold``."""
+    from suffice.training.data.styles import styled_row
+
+    sets = {"own": rows, **{st: [styled_row(r, st) for r in rows] for st in styles}}
+    return set_results(gate, sets, min_precision, scorer, suff_threshold, pooled_name="held_out_pooled", unpooled=("own",))
+
+
+def set_results(gate, sets: dict[str, list[dict]], min_precision: float, scorer=None, suff_threshold: float | None = None,
+                pooled_name: str = "pooled", unpooled: tuple[str, ...] = ()) -> dict:
+    """Each named set of threads (prepared rows) at the stored threshold and its combinations (see
+    :func:`style_results`), then the sets not in ``unpooled`` pooled under ``pooled_name`` (when there are any)."""
     from dataclasses import replace
 
     from suffice.serving.gates.retrieval import RetrievalGate, out_of_distribution, search_request
-    from suffice.training.data.styles import styled_row
     from suffice.training.evaluation.metrics import auroc
     from suffice.training.fit.calibration import threshold_for_precision
 
     raw = RetrievalGate(gate._model, replace(gate.config, ood_guard=False, search_guard=False))
     t = gate.skip_threshold
-    sets = {"own": rows, **{st: [styled_row(r, st) for r in rows] for st in styles}}
     out: dict = {}
     pooled: dict[str, list] = {}
     for name, rs in sets.items():
@@ -278,12 +292,12 @@ def style_results(gate, rows: list[dict], styles: list[str], min_precision: floa
         guarded = np.asarray([gate.guard(r["question"]) is not None for r in rs])  # the shipped decide's guards
         suff = sufficiency_scores(scorer, rs) if scorer is not None else None
         parts = {"y": y, "p": p, "ood": ood, "ref": ref, "search": srch, "guarded": guarded, **({"suff": suff} if suff is not None else {})}
-        if name != "own":
+        if name not in unpooled:
             for k, v in parts.items():
                 pooled.setdefault(k, []).append(v)
         out[name] = _style_entry(parts, t, min_precision, suff_threshold, auroc, threshold_for_precision)
-    if styles:
-        out["held_out_pooled"] = _style_entry({k: np.concatenate(v) for k, v in pooled.items()}, t, min_precision, suff_threshold,
+    if pooled:
+        out[pooled_name] = _style_entry({k: np.concatenate(v) for k, v in pooled.items()}, t, min_precision, suff_threshold,
                                               auroc, threshold_for_precision)
     return out
 
@@ -301,6 +315,25 @@ def _style_entry(parts: dict, t: float, min_precision: float, suff_threshold, au
     return {"stored": gate_quality((model & ~parts["guarded"]).astype(int), y), "auroc": auroc(p, y), "threshold_for_target": t95,
             "target_reached": reached, "ood_rate": float(ood.mean()), "referent_veto_rate": float(ref.mean()), "search_request_rate": float(srch.mean()),
             "combinations": {k: gate_quality(v.astype(int), y) for k, v in combos.items()}}
+
+
+def other_writer_results(gate, files: list[Path], min_precision: float, scorer=None, suff_threshold: float | None = None) -> dict:
+    """Threads written by other people (one labelled retrieval-gate JSONL per writer, read by
+    :func:`~suffice.training.data.threads.gate_training_rows`): each file and all pooled as :func:`set_results`
+    (the shipped ``decide`` at the stored threshold, the threshold 95% SKIP precision would need there, the
+    combinations), the pooled accuracy per category, and the goals of issue 33 on the pooled threads."""
+    from suffice.training.data.threads import gate_training_rows
+
+    sets = {f.stem: gate_training_rows(f) for f in files}
+    res = set_results(gate, sets, min_precision, scorer, suff_threshold, pooled_name="pooled")
+    rows = [r for rs in sets.values() for r in rs]
+    y = np.asarray([r["label"] for r in rows])
+    pred = np.asarray([int(gate.decide(thread_of(r)).decision == "SKIP") for r in rows])
+    pooled = res.get("pooled", res[next(iter(sets))])["stored"]
+    return {"files": [str(f) for f in files], "n": {k: len(v) for k, v in sets.items()}, "sets": res,
+            "by_category": category_table(rows, y, {"stored": pred}),
+            "goals": {"skip_precision>=0.95": pooled["skip_precision"] >= 0.95, "skip_rate>=0.30": pooled["skip_rate"] >= 0.30,
+                      "macro_f1>=0.90": pooled["macro_f1"] >= 0.90}}
 
 
 def split_goals(s: dict, head: str, latency: dict, examples: list[dict]) -> tuple[dict, dict]:
@@ -337,7 +370,8 @@ def hardware(threads: int) -> dict:
 
 def run(bundle: str | Path, config: str = str(REPO / "configs" / "retrieval-gate.yaml"), overrides: list[str] | None = None,
         threads: int = 2, cfg=None, split: str = "opening_message", pairs: str | Path | None = None,
-        styles: list[str] | None = None, scorer: str | Path | None = None, suff_threshold: float | None = None) -> dict:
+        styles: list[str] | None = None, scorer: str | Path | None = None, suff_threshold: float | None = None,
+        other_writers: list[str | Path] | None = None) -> dict:
     """Every measurement of this module on one bundle, as a JSON-ready dict.
 
     ``split``: ``opening_message`` (training's split, the default here so callers keep their numbers),
@@ -348,7 +382,9 @@ def run(bundle: str | Path, config: str = str(REPO / "configs" / "retrieval-gate
     ``scorer``: a sufficiency bundle as the second opinion, SKIP only at P(sufficient) >= ``suff_threshold``
     (None = its ``partial`` threshold). The headline precision is int8; a bundle
     without an int8 model (its int8 failed the parity check at export) is measured in fp32 and says so
-    (``headline_precision``; ``headline_variant`` names the engine, e.g. ``openvino-int8``)."""
+    (``headline_precision``; ``headline_variant`` names the engine, e.g. ``openvino-int8``). ``other_writers``:
+    labelled thread files written by other people (:data:`OTHER_WRITERS`; None = that folder's files, [] = none),
+    scored as :func:`other_writer_results` (``other_writers`` in the result)."""
     from suffice.serving.backends import openvino_available
     from suffice.serving.bundle import read_manifest
     from suffice.serving.gates.retrieval import RetrievalGate, RetrievalGateConfig
@@ -386,9 +422,13 @@ def run(bundle: str | Path, config: str = str(REPO / "configs" / "retrieval-gate
                             **({"second_opinion_ms": second_opinion_ms(suff, rows["test"])} if suff is not None else {})}
     for s in splits.values():
         s["goals"], s["goals_issue21"] = split_goals(s, head, latency, examples)
+    files = sorted(OTHER_WRITERS.glob("*.jsonl")) if other_writers is None else [Path(f) for f in other_writers]
+    if files:
+        ow = other_writer_results(gates[head], files, min_precision, suff, st)  # the styles' second opinion and threshold
     return {"bundle": str(bundle), "hardware": hardware(threads), "headline_precision": head,
             "headline_variant": gates[head].variant, "split": names[0],
-            **splits[names[0]], "latency_128": latency, "acceptance": examples, "splits": splits, "styles": style_report}
+            **splits[names[0]], "latency_128": latency, "acceptance": examples, "splits": splits, "styles": style_report,
+            **({"other_writers": ow} if files else {})}
 
 
 def gate_rows(r: dict) -> list[tuple[str, dict]]:
@@ -417,6 +457,10 @@ def format_split(name: str, r: dict) -> list[str]:
     for label, q in gate_rows(r):
         lines.append(f"{label:<26} {q['macro_f1']:>9.3f} {q['skip_precision']:>10.3f} {q['skip_rate']:>10.3f} {q['accuracy']:>9.3f} "
                      f"{q.get('auroc', float('nan')):>6.3f}")
+    for k in ("int8", "fp32"):
+        for origin, q in r.get(k, {}).get("by_origin", {}).items():
+            lines.append(f"  {k} @ stored, {origin:<18} n {q['n']:>4}: macro-F1 {q['macro_f1']:.3f}, SKIP precision {q['skip_precision']:.3f}, "
+                         f"SKIP rate {q['skip_rate']:.3f}")
     lines.append(f"F1 points over TF-IDF + LR: {r['f1_points_over_tfidf']:+.1f} (both at 0.5), "
                  f"{r['f1_points_over_tfidf_at_threshold']:+.1f} (each at its precision-first threshold)")
     if "pair_accuracy" in r:
@@ -451,6 +495,25 @@ def format_styles(split: str, sr: dict) -> list[str]:
     return lines
 
 
+def format_other_writers(ow: dict) -> list[str]:
+    """The other-writers section: each writer's file and all pooled at the stored threshold, the combinations, the goals."""
+    lines = [f"== threads by other writers ({', '.join(f'{k} {v}' for k, v in ow['n'].items())}): the shipped decide() at the stored threshold"]
+    lines.append(f"{'set':<16} {'macro-F1':>9} {'SKIP prec':>10} {'SKIP rate':>10} {'AUROC':>6} {'t@target':>9} {'OOD':>6} {'veto':>6}")
+    for name, e in ow["sets"].items():
+        q = e["stored"]
+        lines.append(f"{name:<16} {q['macro_f1']:>9.3f} {q['skip_precision']:>10.3f} {q['skip_rate']:>10.3f} {e['auroc']:>6.3f} "
+                     f"{e['threshold_for_target']:>9.3f} {e['ood_rate']:>6.3f} {e['referent_veto_rate']:>6.3f}")
+    pooled = ow["sets"].get("pooled") or next(iter(ow["sets"].values()))
+    lines.append("combinations (pooled): SKIP precision / SKIP rate / macro-F1")
+    for combo, q in pooled["combinations"].items():
+        lines.append(f"  {combo:<32} {q['skip_precision']:.3f} / {q['skip_rate']:.3f} / {q['macro_f1']:.3f}")
+    lines.append(f"{'category':<24} {'label':<8} {'n':>4} {'accuracy':>9}")
+    for cat, row in ow["by_category"].items():
+        lines.append(f"{cat:<24} {row['label']:<8} {row['n']:>4} {row['stored']:>9.3f}")
+    lines.append("goals (issue 33, pooled): " + ", ".join(f"{k} {'met' if v else 'MISSED'}" for k, v in ow["goals"].items()))
+    return lines
+
+
 def format_report(r: dict) -> str:
     hw = r["hardware"]
     lines = [f"bundle {r['bundle']} ({r['headline_precision']} headline: {r.get('headline_variant', '?')}), CPU {hw.get('cpu_model') or hw['cpu']} "
@@ -463,6 +526,8 @@ def format_report(r: dict) -> str:
                  f"full 128-token windows: p50 {lat['full_window_p50_ms']:.2f} ms ({lat['full_window_n']} calls)")
     if r.get("styles"):
         lines += format_styles(r["styles"]["split"], r["styles"])
+    if r.get("other_writers"):
+        lines += format_other_writers(r["other_writers"])
     for a in r["acceptance"]:
         p = "-" if a["p_skip"] is None else f"{a['p_skip']:.2f}"
         lines.append(f"  {'ok ' if a['ok'] else 'BAD'} {a['message']!r:<50} -> {a['decision']:<8} (want {a['expected']}, P(SKIP)={p})")
@@ -482,10 +547,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scorer", help="a sufficiency bundle as the SKIP second opinion (combinations table)")
     ap.add_argument("--sufficiency-threshold", type=float, default=None,
                     help="P(sufficient) the second opinion needs for SKIP (default: the scorer's partial threshold)")
+    ap.add_argument("--other-writers", nargs="*", default=None,
+                    help=f"labelled thread files by other writers (default: {OTHER_WRITERS.relative_to(REPO)}/*.jsonl; none: --other-writers)")
     ap.add_argument("--out", help="write the results as JSON here")
     args, overrides = ap.parse_known_args(argv)
     r = run(args.bundle, args.config, overrides, args.threads, split=args.split, pairs=args.pairs, styles=args.styles,
-            scorer=args.scorer, suff_threshold=args.sufficiency_threshold)
+            scorer=args.scorer, suff_threshold=args.sufficiency_threshold, other_writers=args.other_writers)
     print(format_report(r))
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)

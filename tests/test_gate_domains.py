@@ -52,8 +52,9 @@ def test_reader_keeps_domain_and_pair_and_training_rows_are_unchanged(tmp_path):
     plain = gate_training_rows(pairs)
     assert all("domain" not in r and "pair" not in r for r in plain)
     rows = gate_domain_rows(pairs)
-    assert [{k: v for k, v in r.items() if k not in ("domain", "pair")} for r in rows] == plain
+    assert [{k: v for k, v in r.items() if k not in ("domain", "pair", "origin")} for r in rows] == plain
     assert rows[0]["domain"] == "dom0" and rows[0]["pair"] == "dom0-0" and rows[0]["kind"] == "sort_filter_existing"
+    assert {r["origin"] for r in rows} == {"pairs.jsonl"}  # the file each row came from
 
 
 def test_rows_from_two_files_and_plain_threads_have_empty_domain(tmp_path):
@@ -110,6 +111,43 @@ def test_split_is_deterministic_per_seed_and_changes_with_it(tmp_path):
     assert domain_splits(["a", "b"], 0, 0.0, 0.0) == {"a": "train", "b": "train"}
     with pytest.raises(ValueError, match="three non-negative numbers"):
         domain_splits(["a"], 0, 0.8, 0.4)
+
+
+def test_extra_writer_files_keep_the_base_split_and_hold_out_their_own_domains(tmp_path):
+    """gate.extra_paths: each further writer's file is split by its own domains; the base files keep their split."""
+    from suffice.training.data.threads import gate_splits
+
+    plain, pairs = _plain_file(tmp_path), _pairs_file(tmp_path, 20, 2)
+    (tmp_path / "w").mkdir()
+    extra = _write(tmp_path / "w" / "writer-x.jsonl", [r | {"id": f"x-{r['id']}", "pair": f"x-{r['pair']}"}
+                                                      for d in range(10) for r in _pair(f"xdom{d}", 0)])
+    ids = lambda s: {k: [r["id"] for r in v] for k, v in s.items()}  # noqa: E731
+    base = gate_splits(plain, "domains", 42, 0.2, 0.1, pairs)
+    both = gate_splits(plain, "domains", 42, 0.2, 0.1, pairs, [extra])
+    for k in base:  # the base rows land where they did without the extra file
+        assert [i for i in ids(both)[k] if not i.startswith("x-")] == ids(base)[k]
+    held = {k: {r["domain"] for r in v if r["origin"] == "writer-x.jsonl"} for k, v in both.items()}
+    assert (len(held["train"]), len(held["validation"]), len(held["test"])) == (7, 1, 2)  # the writer's own 10 domains
+    flat = gate_splits(plain, "opening_message", 42, 0.2, 0.1, None, [extra])
+    assert sum(len(v) for v in flat.values()) == 6 + 20
+    with pytest.raises(ValueError, match="its own file name"):
+        gate_splits(plain, "domains", 42, 0.2, 0.1, pairs, [_write(tmp_path / "w" / "pairs.jsonl", [])])
+
+
+def test_extra_paths_config_is_checked(tmp_path):
+    from suffice.serving.config import ConfigError
+    from suffice.training.fit.config import build_train_config
+    from suffice.training.fit.splits import load_gate_splits
+
+    with pytest.raises(ConfigError, match="extra_paths"):
+        build_train_config(str(REPO / "configs" / "retrieval-gate.yaml"), ["--gate.extra_paths=['']"])
+    one = build_train_config(str(REPO / "configs" / "retrieval-gate.yaml"), ["--gate.extra_paths=data/x.jsonl"])
+    assert one.gate.extra_paths == ["data/x.jsonl"]  # a single path is a list of one
+    cfg = build_train_config(str(REPO / "configs" / "retrieval-gate.yaml"),
+                             [f"--gate.path={_plain_file(tmp_path)}", f"--gate.pairs_path={_pairs_file(tmp_path)}",
+                              f"--gate.extra_paths=[{tmp_path / 'missing.jsonl'}]", "--gate.styles=[]"])
+    with pytest.raises(ConfigError, match="do not exist"):
+        load_gate_splits(cfg)
 
 
 def test_split_rejects_a_pair_across_domains():

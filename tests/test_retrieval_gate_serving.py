@@ -204,8 +204,16 @@ def test_gate_benchmark_measures_the_bundle_on_held_out_threads(gate_bundle, tin
     finally:
         sys.path.pop(0)
     # the shipped config trains on styled copies; gate.styles=[] measures every style as held out
+    lines = threads.read_text().splitlines()
+    writers = [tmp_path / "writer-a.jsonl", tmp_path / "writer-b.jsonl"]  # threads by other writers (issue 33)
+    writers[0].write_text("\n".join(lines[:10]) + "\n")
+    writers[1].write_text("\n".join(lines[10:16]) + "\n")
     r = bench.run(gate_bundle, str(REPO / "configs" / "retrieval-gate.yaml"), [f"--gate.path={threads}", "--gate.test_fraction=0.3", "--gate.styles=[]"],
-                  threads=1)
+                  threads=1, other_writers=writers)
+    ow = r["other_writers"]
+    assert ow["n"] == {"writer-a": 10, "writer-b": 6} and set(ow["sets"]) == {"writer-a", "writer-b", "pooled"}
+    assert ow["sets"]["pooled"]["stored"]["n"] == 16 and set(ow["goals"]) == {"skip_precision>=0.95", "skip_rate>=0.30", "macro_f1>=0.90"}
+    assert sum(c["n"] for c in ow["by_category"].values()) == 16 and "== threads by other writers" in bench.format_report(r)
     assert r["n_test"] > 0 and r["n_train"] + r["n_test"] <= 40
     for k in ("int8", "fp32", "tfidf_lr"):
         assert 0.0 <= r[k]["macro_f1"] <= 1.0 and 0.0 <= r[k]["skip_rate"] <= 1.0
@@ -230,7 +238,8 @@ def test_gate_benchmark_measures_the_bundle_on_held_out_threads(gate_bundle, tin
         assert e["combinations"]["model+ood+referent"]["skip_rate"] <= e["combinations"]["model"]["skip_rate"]
     assert "== styles" in bench.format_report(r)
     scored = bench.run(gate_bundle, str(REPO / "configs" / "retrieval-gate.yaml"), [f"--gate.path={threads}", "--gate.test_fraction=0.3", "--gate.styles=[]"],
-                       threads=1, styles=["typos"], scorer=suff_bundle, suff_threshold=0.0)
+                       threads=1, styles=["typos"], scorer=suff_bundle, suff_threshold=0.0, other_writers=[])
+    assert "other_writers" not in scored
     combos = scored["styles"]["sets"]["typos"]["combinations"]
     # the second opinion at threshold 0 always agrees: the same decisions as without it
     assert combos["model+ood+sufficiency"] == combos["model+ood"]

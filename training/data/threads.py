@@ -217,10 +217,11 @@ def thread_item(record: Mapping[str, Any], path: str | Path | None = None, line:
     return item
 
 
-def gate_domain_row(thread: RetrievalThread) -> dict[str, Any]:
-    """:func:`gate_training_row` plus ``domain`` and ``pair`` ("" when the thread has none), for evaluation cut
-    by domain, pair and category (``kind``). Training rows stay :func:`gate_training_row`'s, unchanged."""
-    return {**gate_training_row(thread), "domain": thread.domain or "", "pair": thread.pair or ""}
+def gate_domain_row(thread: RetrievalThread, origin: str = "") -> dict[str, Any]:
+    """:func:`gate_training_row` plus ``domain`` and ``pair`` ("" when the thread has none) and ``origin`` (the
+    file it came from), for evaluation cut by domain, pair, category (``kind``) and writer's file. Training rows
+    stay :func:`gate_training_row`'s, unchanged."""
+    return {**gate_training_row(thread), "domain": thread.domain or "", "pair": thread.pair or "", "origin": origin}
 
 
 def gate_domain_rows(*paths: str | Path) -> list[dict[str, Any]]:
@@ -239,7 +240,7 @@ def gate_domain_rows(*paths: str | Path) -> list[dict[str, Any]]:
                 raise ValueError(f"thread id {t.id!r} is in both {first_file[t.id]} and {path}: ids must be unique across "
                                  "the files of one evaluation (rename one)")
             first_file[t.id] = str(path)
-            out.append(gate_domain_row(t))
+            out.append(gate_domain_row(t, Path(path).name))
     return out
 
 
@@ -290,20 +291,32 @@ GATE_SPLITS = ("opening_message", "domains")
 
 
 def gate_splits(path: str | Path, split: str, seed: int, test_fraction: float, validation_fraction: float,
-                pairs: str | Path | None = None) -> dict[str, list[dict[str, Any]]]:
+                pairs: str | Path | None = None, extra: Sequence[str | Path] = ()) -> dict[str, list[dict[str, Any]]]:
     """``{"train", "validation", "test"}`` rows of the retrieval-gate data, as training and the benchmark split it.
 
-    ``opening_message``: the threads of ``path`` by a seeded hash of their opening message
+    ``opening_message``: the threads of ``path`` (and ``extra``) by a seeded hash of their opening message
     (:func:`split_gate_rows`). ``domains``: ``path`` plus ``pairs`` (default: ``pairs.jsonl`` beside
     ``path``) with ``domain``/``pair`` columns, whole domains held out (:func:`split_by_domain`);
-    ``path``'s threads have no domain and all train.
+    ``path``'s threads have no domain and all train. Each ``extra`` file (threads by further writers,
+    ``gate.extra_paths``) is split by its own domains the same way, so ``path`` + ``pairs`` keep the split
+    they have without it and every writer's file gives validation and test domains of its own.
     """
     if split == "opening_message":
-        return split_gate_rows(gate_training_rows(path), seed, test_fraction, validation_fraction)
+        return split_gate_rows([r for f in (path, *extra) for r in gate_training_rows(f)], seed, test_fraction, validation_fraction)
     if split == "domains":
         pairs = Path(pairs) if pairs else Path(path).parent / "pairs.jsonl"
         if not pairs.is_file():
             raise FileNotFoundError(f"the domain-labelled threads {pairs} do not exist: give the pairs file "
                                     "(retrieval-gate/pairs.jsonl) or use the opening_message split")
-        return split_by_domain(gate_domain_rows(path, pairs), seed, test_fraction, validation_fraction)
+        names = [Path(f).name for f in (path, pairs, *extra)]
+        if len(set(names)) < len(names):
+            raise ValueError(f"gate files {names}: each file of one split needs its own file name (the rows keep it as their origin)")
+        rows = gate_domain_rows(path, pairs, *extra)  # ids unique across every file
+        groups = [[r for r in rows if r["origin"] in (Path(path).name, pairs.name)]]
+        groups += [[r for r in rows if r["origin"] == Path(f).name] for f in extra]
+        out: dict[str, list[dict[str, Any]]] = {"train": [], "validation": [], "test": []}
+        for group in groups:
+            for k, v in split_by_domain(group, seed, test_fraction, validation_fraction).items():
+                out[k] += v
+        return out
     raise ValueError(f"unknown gate split {split!r}: choose one of {list(GATE_SPLITS)}")

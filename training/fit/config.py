@@ -100,6 +100,10 @@ class RetrievalGateData:
     pair_loss_weight: weight of the pair ranking loss (:mod:`suffice.training.fit.pairs`): within a
         batch, the SKIP thread of a pair must score P(SKIP) above its RETRIEVE partner; 0 = off.
         Needs ``pair_batches``.
+    extra_paths: more thread JSONL files in the same format, each by another writer (e.g. ``data/gate-writers/*.jsonl``:
+        contrastive pairs with ``domain`` and ``pair``); they join the split, each split by its own domains under
+        ``domains`` (so ``path`` + ``pairs_path`` keep their split and every writer has held-out domains), by opening
+        message under ``opening_message``. Relative paths are read from the working directory.
     styles: writing styles (:data:`suffice.training.data.styles.STYLES`: of the user's new message, or of
         the earlier turns) that training adds as styled copies of its train threads (same label: the styles
         change how a thread is written, not what it asks or holds); [] = the writer's own style only.
@@ -114,6 +118,7 @@ class RetrievalGateData:
     path: str | None = None
     split: Literal["opening_message", "domains"] = "opening_message"
     pairs_path: str | None = None
+    extra_paths: list[str] = field(default_factory=list)
     validation_fraction: float = 0.15
     test_fraction: float = 0.15
     pair_batches: bool = True
@@ -130,6 +135,9 @@ class RetrievalGateData:
             self.styles = check_styles(list(self.styles))
         except ValueError as e:
             raise ConfigError(str(e)) from None
+        if isinstance(self.extra_paths, str) or not all(isinstance(x, str) and x for x in self.extra_paths):
+            raise ConfigError(f"gate.extra_paths={self.extra_paths!r}: give a list of thread JSONL paths, e.g. [data/gate-writers/a.jsonl]")
+        self.extra_paths = list(self.extra_paths)
         if self.style_threshold not in ("max", "pooled"):
             raise ConfigError(f"gate.style_threshold={self.style_threshold!r}: choose 'max' or 'pooled'")
         if not isinstance(self.style_copies, int) or self.style_copies < 0:

@@ -107,11 +107,15 @@ def load_gate_splits(cfg: TrainConfig) -> Splits:
     from suffice.training.data.schema import DataFormatError
     from suffice.training.data.threads import gate_splits
 
+    extra = [Path(f) for f in cfg.gate.extra_paths]
+    missing = [str(f) for f in extra if not f.is_file()]
+    if missing:
+        raise ConfigError(f"gate.extra_paths: {missing} do not exist: give thread JSONL files (paths are read from {Path.cwd()})")
     try:
-        out = gate_splits(path, cfg.gate.split, cfg.seed, cfg.gate.test_fraction, cfg.gate.validation_fraction, cfg.gate.pairs_path)
-    except (DataFormatError, FileNotFoundError) as e:
-        raise ConfigError(f"{e}; fix the thread, or set gate.path / gate.pairs_path / gate.split") from e
-    files = [path] + ([Path(cfg.gate.pairs_path) if cfg.gate.pairs_path else path.parent / "pairs.jsonl"] if cfg.gate.split == "domains" else [])
+        out = gate_splits(path, cfg.gate.split, cfg.seed, cfg.gate.test_fraction, cfg.gate.validation_fraction, cfg.gate.pairs_path, extra)
+    except (DataFormatError, FileNotFoundError, ValueError) as e:
+        raise ConfigError(f"{e}; fix the thread, or set gate.path / gate.pairs_path / gate.extra_paths / gate.split") from e
+    files = [path] + ([Path(cfg.gate.pairs_path) if cfg.gate.pairs_path else path.parent / "pairs.jsonl"] if cfg.gate.split == "domains" else []) + extra
     out = add_styled_copies(out, cfg)
     styled = f"-styles{'+'.join(cfg.gate.styles)}x{cfg.gate.style_copies}{'v' if cfg.gate.style_validation else ''}" if cfg.gate.styles else ""
     return Splits(
